@@ -1,0 +1,25 @@
+"""funcgrad: composable transformations of array programs, compiled into fused kernels.
+
+>>> import funcgrad as fg
+>>> import funcgrad.numpy as fnp
+>>> print(fg.make_ir(lambda x: fnp.sin(x) * 2)(fnp.ones(3)))
+{ lambda a:f32[3]. let
+    b:f32[3] = sin a
+    c:f32[3] = mul b 2.0:f32[]
+  in (c,) }
+"""
+
+from funcgrad import tree
+from funcgrad.ir import dtypes
+from funcgrad.ir.core import IR, ShapedArray
+from funcgrad.ir.tracing import ConcretizationError, EscapedTracerError, TracerError
+from funcgrad.tensor import Array, Tensor
+from funcgrad import tensor_methods as _tensor_methods  # attaches operators and methods to Tensor
+from funcgrad import numpy
+from funcgrad import random
+from funcgrad.trace import make_ir
+
+__version__ = "0.1.0"
+
+__all__ = ["Array", "ConcretizationError", "EscapedTracerError", "IR", "ShapedArray", "Tensor",
+           "TracerError", "dtypes", "make_ir", "numpy", "random", "tree"]

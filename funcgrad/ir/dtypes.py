@@ -1,0 +1,162 @@
+"""Data types and JAX-style type promotion.
+
+funcgrad's dtypes are NumPy dtype objects (``np.dtype``), with bfloat16 from ml_dtypes, so every
+layer can hand them to NumPy unchanged. Promotion follows JAX's lattice: Python scalars are
+*weakly typed* (they adopt the other operand's dtype where the kinds agree), mixed signed and
+unsigned integers widen, integers meeting floats give the float, and nothing silently becomes
+float64: the default float is float32 and the default integer int32.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+bool_ = np.dtype(np.bool_)
+int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+uint8, uint16, uint32, uint64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+default_float = float32
+default_int = int32
+
+ALL_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bfloat16, float16, float32,
+              float64)
+_NAMES = {dt.name: dt for dt in ALL_DTYPES}
+_NAMES.update({"bool": bool_, "float": float32, "int": int32})
+
+
+def canonicalize(dtype: Any) -> np.dtype:
+    """Turn anything dtype-like (``np.float32``, ``"int32"``, ``float``, a dtype) into a funcgrad dtype.
+
+    Raises ``TypeError`` for dtypes funcgrad does not support (complex, strings, objects).
+    >>> canonicalize("float32")
+    dtype('float32')
+    """
+    if isinstance(dtype, str) and dtype in _NAMES:
+        return _NAMES[dtype]
+    if dtype is float:
+        return default_float
+    if dtype is int:
+        return default_int
+    if dtype is bool:
+        return bool_
+    try:
+        result = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{dtype!r} is not a dtype funcgrad understands; use one of "
+                        f"{', '.join(dt.name for dt in ALL_DTYPES)}") from None
+    if result not in ALL_DTYPES:
+        raise TypeError(f"dtype {result.name} is not supported by funcgrad; supported: "
+                        f"{', '.join(dt.name for dt in ALL_DTYPES)}")
+    return result
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype in (bfloat16, float16, float32, float64)
+
+
+def is_int(dtype: np.dtype) -> bool:
+    return dtype.kind in "iu"
+
+
+def is_unsigned(dtype: np.dtype) -> bool:
+    return dtype.kind == "u"
+
+
+def is_bool(dtype: np.dtype) -> bool:
+    return dtype == bool_
+
+
+def kind_name(dtype: np.dtype) -> str:
+    """'bool', 'integer' or 'floating', for error messages."""
+    return "bool" if is_bool(dtype) else "integer" if is_int(dtype) else "floating"
+
+
+def finfo(dtype: Any) -> Any:
+    dtype = canonicalize(dtype)
+    return ml_dtypes.finfo(dtype) if dtype == bfloat16 else np.finfo(dtype)
+
+
+def iinfo(dtype: Any) -> np.iinfo:
+    return np.iinfo(canonicalize(dtype))
+
+
+# --- promotion lattice -------------------------------------------------------------------------
+# Nodes are dtypes plus the two weak kinds "i*" (a Python int) and "f*" (a Python float).
+# An edge a -> b means b can represent every value of a (up to rounding for floats).
+_WEAK_INT, _WEAK_FLOAT = "i*", "f*"
+_EDGES: dict[Any, tuple[Any, ...]] = {
+    bool_: (_WEAK_INT,),
+    _WEAK_INT: (uint8, int8),
+    uint8: (int16, uint16), uint16: (int32, uint32), uint32: (int64, uint64), uint64: (_WEAK_FLOAT,),
+    int8: (int16,), int16: (int32,), int32: (int64,), int64: (_WEAK_FLOAT,),
+    _WEAK_FLOAT: (bfloat16, float16),
+    bfloat16: (float32,), float16: (float32,), float32: (float64,), float64: (),
+}
+
+
+@functools.cache
+def _upper_set(node: Any) -> frozenset:
+    """Every node reachable from ``node`` (including itself)."""
+    seen = {node}
+    for parent in _EDGES[node]:
+        seen |= _upper_set(parent)
+    return frozenset(seen)
+
+
+def _lattice_node(dtype: np.dtype, weak: bool) -> Any:
+    if weak and is_int(dtype):
+        return _WEAK_INT
+    if weak and is_float(dtype):
+        return _WEAK_FLOAT
+    return dtype
+
+
+@functools.cache
+def _join(a: Any, b: Any) -> Any:
+    common = _upper_set(a) & _upper_set(b)
+    # the least upper bound is the one common node whose upper set contains all the others
+    for node in common:
+        if _upper_set(node) >= common:
+            return node
+    raise AssertionError(f"promotion lattice has no join for {a} and {b}")
+
+
+def result_type(*dtypes_and_weak: tuple[np.dtype, bool]) -> tuple[np.dtype, bool]:
+    """Promote ``(dtype, is_weak)`` pairs the way JAX does; returns ``(dtype, is_weak)``.
+
+    >>> result_type((int32, False), (float32, True))   # int32 array + Python float
+    (dtype('float32'), True)
+    >>> result_type((uint8, False), (int8, False))
+    (dtype('int16'), False)
+    """
+    if not dtypes_and_weak:
+        raise ValueError("result_type needs at least one dtype")
+    node = _lattice_node(*dtypes_and_weak[0])
+    for dtype, weak in dtypes_and_weak[1:]:
+        node = _join(node, _lattice_node(dtype, weak))
+    all_weak = all(weak for _, weak in dtypes_and_weak)
+    if node == _WEAK_INT:
+        # i* stands for "the other operand's integer width": pick the widest concrete int seen
+        return max((d for d, _ in dtypes_and_weak if is_int(d)), key=lambda d: d.itemsize), all_weak
+    if node == _WEAK_FLOAT:
+        floats = [d for d, _ in dtypes_and_weak if is_float(d)]
+        return (max(floats, key=lambda d: d.itemsize) if floats else default_float), all_weak
+    return node, False
+
+
+def python_scalar_dtype(value: Any) -> np.dtype:
+    """The dtype a Python scalar takes before promotion (weakly typed except bool)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, (int, np.integer)):
+        return default_int
+    if isinstance(value, (float, np.floating)):
+        return default_float
+    raise TypeError(f"{type(value).__name__} {value!r} is not a supported scalar "
+                    "(funcgrad supports bool, int and float; complex numbers are not supported)")

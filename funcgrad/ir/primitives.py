@@ -1,0 +1,714 @@
+"""The primitive registry: every operation the IR can hold, with its shape rule and NumPy reference.
+
+A primitive is a name plus two rules kept here, side by side:
+
+* ``shape_rule(*avals, **params) -> aval`` (or a tuple of avals when ``multiple_results``): it checks
+  its operands and raises ``TypeError``/``ValueError`` naming the shapes and dtypes involved;
+* ``impl(*arrays, **params) -> array``: the NumPy reference implementation, the oracle of the test
+  suite and the evaluator of the interpreter.
+
+Transforms keep their rules in their own tables (``transforms/ad.py`` has ``jvp_rules[exp_p]``...);
+``tests/test_registry.py`` walks ``REGISTRY`` and fails when any primitive lacks a rule.
+
+Conventions (as in XLA/JAX's lax): elementwise primitives take operands of one dtype and one
+shape, except that rank-0 operands broadcast (so ``mul a 2.0`` needs no broadcast). Broadcasting,
+promotion and defaults are the job of ``funcgrad.numpy``, which inserts explicit
+``broadcast_in_dim`` and ``convert_element_type`` equations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad.ir import dtypes
+from funcgrad.ir.core import ShapedArray
+
+REGISTRY: dict[str, Primitive] = {}
+
+
+class Primitive:
+    """A named operation of the IR. Instances are singletons registered in ``REGISTRY``."""
+
+    def __init__(self, name: str, shape_rule: Callable[..., Any], impl: Callable[..., Any],
+                 multiple_results: bool = False) -> None:
+        if name in REGISTRY:
+            raise ValueError(f"primitive {name!r} is already registered")
+        self.name = name
+        self.shape_rule = shape_rule
+        self.impl = impl
+        self.multiple_results = multiple_results
+        REGISTRY[name] = self
+
+    def abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
+        return self.shape_rule(*avals, **params)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle by name so IRs can be cached on disk
+        return (REGISTRY.__getitem__, (self.name,))
+
+
+# --- helpers for the rules ---------------------------------------------------------------------
+
+_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+
+
+def _compute_in_f32(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Evaluate a float function in float32 for float16/bfloat16 inputs and round the result back,
+    as hardware does; NumPy lacks most ufunc loops for bfloat16."""
+    def impl(*xs: np.ndarray, **params: Any) -> np.ndarray:
+        dtype = np.asarray(xs[0]).dtype
+        if dtype in _LOW_PRECISION:
+            return np.asarray(fn(*(np.asarray(x, np.float32) for x in xs), **params)).astype(dtype)
+        return np.asarray(fn(*xs, **params))
+    return impl
+
+
+def _check_kinds(name: str, avals: Sequence[ShapedArray], kinds: str) -> None:
+    """kinds: any of 'b' (bool), 'i' (signed/unsigned int), 'f' (float)."""
+    for aval in avals:
+        kind = "b" if dtypes.is_bool(aval.dtype) else "i" if dtypes.is_int(aval.dtype) else "f"
+        if kind not in kinds:
+            allowed = {"b": "bool", "i": "integer", "f": "floating"}
+            raise TypeError(f"{name} does not accept {aval.dtype.name} operands "
+                            f"(it takes {' or '.join(allowed[k] for k in kinds)} arrays)")
+
+
+def _elementwise_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ...]:
+    shapes = {a.shape for a in avals if a.shape != ()}
+    if len(shapes) > 1:
+        raise ValueError(f"{name} needs operands of one shape (or rank 0), got "
+                         f"{', '.join(str(a.shape) for a in avals)}")
+    return shapes.pop() if shapes else ()
+
+
+def _same_dtype(name: str, avals: Sequence[ShapedArray]) -> np.dtype:
+    kinds = {a.dtype for a in avals}
+    if len(kinds) > 1:
+        raise TypeError(f"{name} needs operands of one dtype, got "
+                        f"{', '.join(a.dtype.name for a in avals)}")
+    return avals[0].dtype
+
+
+def _unary(name: str, impl: Callable[..., np.ndarray], kinds: str = "if",
+           out_dtype: np.dtype | None = None) -> Primitive:
+    def rule(x: ShapedArray) -> ShapedArray:
+        _check_kinds(name, [x], kinds)
+        return ShapedArray(x.shape, out_dtype or x.dtype)
+    return Primitive(name, rule, impl)
+
+
+def _binary(name: str, impl: Callable[..., np.ndarray], kinds: str = "if",
+            out_dtype: np.dtype | None = None) -> Primitive:
+    def rule(x: ShapedArray, y: ShapedArray) -> ShapedArray:
+        dtype = _same_dtype(name, [x, y])
+        _check_kinds(name, [x, y], kinds)
+        return ShapedArray(_elementwise_shape(name, [x, y]), out_dtype or dtype)
+    return Primitive(name, rule, impl)
+
+
+def _normalize_axes(name: str, axes: Sequence[int], ndim: int) -> tuple[int, ...]:
+    for ax in axes:
+        if not 0 <= ax < ndim:
+            raise ValueError(f"{name}: axis {ax} is out of range for an array of rank {ndim}")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{name}: repeated axis in {tuple(axes)}")
+    return tuple(axes)
+
+
+def _typed(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Keep the first operand's dtype: NumPy sometimes widens (e.g. int8 + int8 stays, but
+    uint32 >> uint32 or bool arithmetic do not)."""
+    def impl(*xs: np.ndarray, **params: Any) -> np.ndarray:
+        return np.asarray(fn(*xs, **params)).astype(np.asarray(xs[-1]).dtype, copy=False)
+    return impl
+
+
+# --- elementwise: unary ------------------------------------------------------------------------
+
+neg_p = _unary("neg", _typed(np.negative))
+abs_p = _unary("abs", _typed(np.abs))
+sign_p = _unary("sign", _typed(np.sign))
+exp_p = _unary("exp", _compute_in_f32(np.exp), "f")
+log_p = _unary("log", _compute_in_f32(np.log), "f")
+exp2_p = _unary("exp2", _compute_in_f32(np.exp2), "f")
+log2_p = _unary("log2", _compute_in_f32(np.log2), "f")
+expm1_p = _unary("expm1", _compute_in_f32(np.expm1), "f")
+log1p_p = _unary("log1p", _compute_in_f32(np.log1p), "f")
+sin_p = _unary("sin", _compute_in_f32(np.sin), "f")
+cos_p = _unary("cos", _compute_in_f32(np.cos), "f")
+tan_p = _unary("tan", _compute_in_f32(np.tan), "f")
+asin_p = _unary("asin", _compute_in_f32(np.arcsin), "f")
+acos_p = _unary("acos", _compute_in_f32(np.arccos), "f")
+atan_p = _unary("atan", _compute_in_f32(np.arctan), "f")
+sinh_p = _unary("sinh", _compute_in_f32(np.sinh), "f")
+cosh_p = _unary("cosh", _compute_in_f32(np.cosh), "f")
+tanh_p = _unary("tanh", _compute_in_f32(np.tanh), "f")
+asinh_p = _unary("asinh", _compute_in_f32(np.arcsinh), "f")
+acosh_p = _unary("acosh", _compute_in_f32(np.arccosh), "f")
+atanh_p = _unary("atanh", _compute_in_f32(np.arctanh), "f")
+sqrt_p = _unary("sqrt", _compute_in_f32(np.sqrt), "f")
+rsqrt_p = _unary("rsqrt", _compute_in_f32(lambda x: 1 / np.sqrt(x)), "f")
+logistic_p = _unary("logistic", _compute_in_f32(lambda x: 0.5 * np.tanh(0.5 * x) + 0.5), "f")
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # math.erf is exact to double precision; vectorise it (no SciPy dependency)
+    import math
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(np.asarray(x).dtype)
+
+
+erf_p = _unary("erf", _compute_in_f32(_erf), "f")
+floor_p = _unary("floor", _compute_in_f32(np.floor), "f")
+ceil_p = _unary("ceil", _compute_in_f32(np.ceil), "f")
+round_p = _unary("round", _compute_in_f32(np.rint), "f")  # half to even, as NumPy and the Array API
+is_finite_p = _unary("is_finite", _compute_in_f32(np.isfinite), "f", out_dtype=dtypes.bool_)
+not_p = _unary("not", np.invert, "bi")  # logical for bool, bitwise for integers
+
+# --- elementwise: binary -----------------------------------------------------------------------
+
+
+def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Division rounding toward zero for integers (C and XLA semantics); x / 0 gives 0."""
+    x, y = np.asarray(x), np.asarray(y)
+    if dtypes.is_float(x.dtype):
+        return _compute_in_f32(np.true_divide)(x, y)
+    safe = np.where(y == 0, 1, y)
+    quotient = np.abs(x.astype(np.int64)) // np.abs(safe.astype(np.int64))
+    signed = np.where((x < 0) != (safe < 0), -quotient, quotient)
+    return np.where(y == 0, 0, signed).astype(x.dtype)
+
+
+def _int_rem(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Remainder with the sign of the dividend (C fmod semantics); x % 0 gives 0 for integers."""
+    x, y = np.asarray(x), np.asarray(y)
+    if dtypes.is_float(x.dtype):
+        return _compute_in_f32(np.fmod)(x, y)
+    safe = np.where(y == 0, 1, y)
+    return np.where(y == 0, 0, np.fmod(x, safe)).astype(x.dtype)
+
+
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    x, y = np.asarray(x), np.asarray(y)
+    if dtypes.is_int(x.dtype):
+        # negative integer exponents give 0 except for bases 1 and -1, as in XLA
+        safe = np.where(y < 0, 0, y)
+        result = np.power(x, safe)
+        inverse = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0))
+        return np.where(y < 0, inverse, result).astype(x.dtype)
+    return _compute_in_f32(np.power)(x, y)
+
+
+add_p = _binary("add", _typed(np.add), "if")
+sub_p = _binary("sub", _typed(np.subtract), "if")
+mul_p = _binary("mul", _typed(np.multiply), "if")
+div_p = _binary("div", _int_div, "if")
+rem_p = _binary("rem", _int_rem, "if")
+pow_p = _binary("pow", _pow, "if")
+max_p = _binary("max", _typed(np.maximum), "bif")  # NaN-propagating, as the Array API
+min_p = _binary("min", _typed(np.minimum), "bif")
+atan2_p = _binary("atan2", _compute_in_f32(np.arctan2), "f")
+and_p = _binary("and", _typed(np.bitwise_and), "bi")
+or_p = _binary("or", _typed(np.bitwise_or), "bi")
+xor_p = _binary("xor", _typed(np.bitwise_xor), "bi")
+
+
+def _shift(op: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Shifts by >= the bit width (or by a negative amount) give 0, or -1 for arithmetic right
+    shifts of negative numbers, as XLA defines them; C leaves them undefined."""
+    def impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        x, y = np.asarray(x), np.asarray(y)
+        bits = x.dtype.itemsize * 8
+        out_of_range = (y < 0) | (y >= bits)
+        shifted = op(x, np.where(out_of_range, 0, y).astype(x.dtype))
+        overflow = np.where(x < 0, -1, 0) if op is np.right_shift else 0
+        return np.where(out_of_range, overflow, shifted).astype(x.dtype)
+    return impl
+
+
+shift_left_p = _binary("shift_left", _shift(np.left_shift), "i")
+shift_right_p = _binary("shift_right", _shift(np.right_shift), "i")  # arithmetic if signed
+
+eq_p = _binary("eq", np.equal, "bif", out_dtype=dtypes.bool_)
+ne_p = _binary("ne", np.not_equal, "bif", out_dtype=dtypes.bool_)
+lt_p = _binary("lt", np.less, "bif", out_dtype=dtypes.bool_)
+le_p = _binary("le", np.less_equal, "bif", out_dtype=dtypes.bool_)
+gt_p = _binary("gt", np.greater, "bif", out_dtype=dtypes.bool_)
+ge_p = _binary("ge", np.greater_equal, "bif", out_dtype=dtypes.bool_)
+
+
+def _select_rule(pred: ShapedArray, on_true: ShapedArray, on_false: ShapedArray) -> ShapedArray:
+    if pred.dtype != dtypes.bool_:
+        raise TypeError(f"select needs a bool predicate, got {pred.dtype.name}")
+    dtype = _same_dtype("select", [on_true, on_false])
+    return ShapedArray(_elementwise_shape("select", [pred, on_true, on_false]), dtype)
+
+
+select_p = Primitive("select", _select_rule, lambda p, t, f: np.where(p, t, f).astype(np.asarray(t).dtype))
+
+# --- casts -------------------------------------------------------------------------------------
+
+
+def _convert_rule(x: ShapedArray, *, new_dtype: np.dtype) -> ShapedArray:
+    return ShapedArray(x.shape, dtypes.canonicalize(new_dtype))
+
+
+def _convert_impl(x: np.ndarray, *, new_dtype: np.dtype) -> np.ndarray:
+    x = np.asarray(x)
+    if dtypes.is_float(x.dtype) and dtypes.is_int(new_dtype):
+        # float -> int truncates toward zero and saturates; NaN becomes 0 (XLA's defined behaviour)
+        info = np.iinfo(new_dtype)
+        wide = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
+        return np.clip(wide, info.min, info.max).astype(new_dtype)
+    if new_dtype == dtypes.bool_:
+        return x != 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(new_dtype)
+
+
+convert_element_type_p = Primitive("convert_element_type", _convert_rule, _convert_impl)
+
+
+def _bitcast_rule(x: ShapedArray, *, new_dtype: np.dtype) -> ShapedArray:
+    if x.dtype.itemsize != np.dtype(new_dtype).itemsize:
+        raise TypeError(f"bitcast_convert_type needs dtypes of one width, got {x.dtype.name} "
+                        f"and {np.dtype(new_dtype).name}")
+    return ShapedArray(x.shape, dtypes.canonicalize(new_dtype))
+
+
+bitcast_convert_type_p = Primitive("bitcast_convert_type", _bitcast_rule,
+                                   lambda x, *, new_dtype: np.ascontiguousarray(x).view(new_dtype))
+
+# --- reductions --------------------------------------------------------------------------------
+
+
+def _reduce(name: str, fn: Callable[..., np.ndarray], kinds: str) -> Primitive:
+    def rule(x: ShapedArray, *, axes: tuple[int, ...]) -> ShapedArray:
+        _check_kinds(name, [x], kinds)
+        axes = _normalize_axes(name, axes, x.ndim)
+        return ShapedArray(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)
+
+    def impl(x: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
+        x = np.asarray(x)
+        if x.dtype in _LOW_PRECISION:
+            return np.asarray(fn(x.astype(np.float32), axis=axes)).astype(x.dtype)
+        return np.asarray(fn(x, axis=axes)).astype(x.dtype)
+    return Primitive(name, rule, impl)
+
+
+reduce_sum_p = _reduce("reduce_sum", np.sum, "if")
+reduce_prod_p = _reduce("reduce_prod", np.prod, "if")
+reduce_max_p = _reduce("reduce_max", np.max, "bif")  # identity is -inf / the dtype's minimum
+reduce_min_p = _reduce("reduce_min", np.min, "bif")
+
+
+def _identity_reduce(fn: Callable[..., np.ndarray], identity: Callable[[np.dtype], Any]) -> Callable[..., Any]:
+    """NumPy's max/min refuse empty axes; the IR defines them as the reduction's identity."""
+    def impl(x: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
+        x = np.asarray(x)
+        work = x.astype(np.float32) if x.dtype in _LOW_PRECISION else x
+        return np.asarray(fn(work, axis=axes, initial=identity(x.dtype))).astype(x.dtype)
+    return impl
+
+
+def _lowest(dtype: np.dtype) -> Any:
+    return False if dtype == dtypes.bool_ else -np.inf if dtypes.is_float(dtype) else np.iinfo(dtype).min
+
+
+def _highest(dtype: np.dtype) -> Any:
+    return True if dtype == dtypes.bool_ else np.inf if dtypes.is_float(dtype) else np.iinfo(dtype).max
+
+
+reduce_max_p.impl = _identity_reduce(np.max, _lowest)
+reduce_min_p.impl = _identity_reduce(np.min, _highest)
+
+
+def _arg_reduce(name: str, fn: Callable[..., np.ndarray]) -> Primitive:
+    def rule(x: ShapedArray, *, axis: int, index_dtype: np.dtype) -> ShapedArray:
+        _check_kinds(name, [x], "bif")
+        (axis,) = _normalize_axes(name, (axis,), x.ndim)
+        if x.shape[axis] == 0:
+            raise ValueError(f"{name} of an empty axis (shape {x.shape}, axis {axis}) has no answer")
+        if not dtypes.is_int(np.dtype(index_dtype)):
+            raise TypeError(f"{name} needs an integer index_dtype, got {np.dtype(index_dtype).name}")
+        return ShapedArray(tuple(d for i, d in enumerate(x.shape) if i != axis), np.dtype(index_dtype))
+
+    def impl(x: np.ndarray, *, axis: int, index_dtype: np.dtype) -> np.ndarray:
+        x = np.asarray(x)
+        x = x.astype(np.float32) if x.dtype in _LOW_PRECISION else x
+        return np.asarray(fn(x, axis=axis)).astype(index_dtype)  # first occurrence; NaN wins
+    return Primitive(name, rule, impl)
+
+
+argmax_p = _arg_reduce("argmax", np.argmax)
+argmin_p = _arg_reduce("argmin", np.argmin)
+
+
+def _cumulative(name: str, fn: Callable[..., np.ndarray], kinds: str) -> Primitive:
+    def rule(x: ShapedArray, *, axis: int, reverse: bool) -> ShapedArray:
+        _check_kinds(name, [x], kinds)
+        _normalize_axes(name, (axis,), x.ndim)
+        return x
+
+    def impl(x: np.ndarray, *, axis: int, reverse: bool) -> np.ndarray:
+        x = np.asarray(x)
+        work = x.astype(np.float32) if x.dtype in _LOW_PRECISION else x
+        if reverse:
+            work = np.flip(work, axis)
+        out = np.asarray(fn(work, axis=axis)).astype(x.dtype)
+        return np.flip(out, axis) if reverse else out
+    return Primitive(name, rule, impl)
+
+
+cumsum_p = _cumulative("cumsum", np.cumsum, "if")
+cumprod_p = _cumulative("cumprod", np.cumprod, "if")
+cummax_p = _cumulative("cummax", np.maximum.accumulate, "bif")
+cummin_p = _cumulative("cummin", np.minimum.accumulate, "bif")
+
+# --- movement ----------------------------------------------------------------------------------
+
+
+def _reshape_rule(x: ShapedArray, *, new_sizes: tuple[int, ...]) -> ShapedArray:
+    if any(d < 0 for d in new_sizes) or int(np.prod(new_sizes, dtype=np.int64)) != x.size:
+        raise ValueError(f"cannot reshape an array of shape {x.shape} ({x.size} elements) "
+                         f"into shape {tuple(new_sizes)}")
+    return ShapedArray(new_sizes, x.dtype)
+
+
+reshape_p = Primitive("reshape", _reshape_rule, lambda x, *, new_sizes: np.reshape(x, new_sizes))
+
+
+def _broadcast_rule(x: ShapedArray, *, shape: tuple[int, ...],
+                    broadcast_dimensions: tuple[int, ...]) -> ShapedArray:
+    if len(broadcast_dimensions) != x.ndim:
+        raise ValueError(f"broadcast_in_dim: operand of shape {x.shape} needs {x.ndim} "
+                         f"broadcast_dimensions, got {broadcast_dimensions}")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"broadcast_in_dim: negative dimension in shape {shape}")
+    if list(broadcast_dimensions) != sorted(set(broadcast_dimensions)):
+        raise ValueError(f"broadcast_in_dim: broadcast_dimensions {broadcast_dimensions} must be "
+                         "strictly increasing")
+    for src, dst in enumerate(broadcast_dimensions):
+        if not 0 <= dst < len(shape) or x.shape[src] not in (1, shape[dst]):
+            raise ValueError(f"cannot broadcast an array of shape {x.shape} to shape {shape} "
+                             f"along dimensions {broadcast_dimensions}")
+    return ShapedArray(shape, x.dtype)
+
+
+def _broadcast_impl(x: np.ndarray, *, shape: tuple[int, ...],
+                    broadcast_dimensions: tuple[int, ...]) -> np.ndarray:
+    expanded = [1] * len(shape)
+    for src, dst in enumerate(broadcast_dimensions):
+        expanded[dst] = np.shape(x)[src]
+    return np.broadcast_to(np.reshape(x, expanded), shape).copy()
+
+
+broadcast_in_dim_p = Primitive("broadcast_in_dim", _broadcast_rule, _broadcast_impl)
+
+
+def _transpose_rule(x: ShapedArray, *, permutation: tuple[int, ...]) -> ShapedArray:
+    if sorted(permutation) != list(range(x.ndim)):
+        raise ValueError(f"transpose: {permutation} is not a permutation of the axes of shape {x.shape}")
+    return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype)
+
+
+transpose_p = Primitive("transpose", _transpose_rule,
+                        lambda x, *, permutation: np.transpose(x, permutation).copy())
+
+
+def _pad_rule(x: ShapedArray, value: ShapedArray, *, low: tuple[int, ...],
+              high: tuple[int, ...]) -> ShapedArray:
+    if value.shape != () or value.dtype != x.dtype:
+        raise TypeError(f"pad: the padding value must be a scalar of dtype {x.dtype.name}, got {value}")
+    if len(low) != x.ndim or len(high) != x.ndim:
+        raise ValueError(f"pad: need {x.ndim} low and high pads for shape {x.shape}, got {low}, {high}")
+    shape = tuple(d + lo + hi for d, lo, hi in zip(x.shape, low, high))
+    if any(lo < 0 or hi < 0 for lo, hi in zip(low, high)):
+        raise ValueError(f"pad: pads must be non-negative, got low={low} high={high} (use slice to crop)")
+    return ShapedArray(shape, x.dtype)
+
+
+def _pad_impl(x: np.ndarray, value: np.ndarray, *, low: tuple[int, ...], high: tuple[int, ...]) -> np.ndarray:
+    return np.pad(x, list(zip(low, high)), constant_values=value)
+
+
+pad_p = Primitive("pad", _pad_rule, _pad_impl)
+
+
+def _slice_rule(x: ShapedArray, *, start: tuple[int, ...], limit: tuple[int, ...],
+                strides: tuple[int, ...]) -> ShapedArray:
+    if not len(start) == len(limit) == len(strides) == x.ndim:
+        raise ValueError(f"slice: need {x.ndim} starts, limits and strides for shape {x.shape}")
+    for s, l, st, d in zip(start, limit, strides, x.shape):
+        if not (0 <= s <= l <= d) or st < 1:
+            raise ValueError(f"slice: start {start}, limit {limit}, strides {strides} are invalid "
+                             f"for shape {x.shape}")
+    return ShapedArray(tuple(-(-(l - s) // st) for s, l, st in zip(start, limit, strides)), x.dtype)
+
+
+slice_p = Primitive("slice", _slice_rule, lambda x, *, start, limit, strides: np.asarray(x)[
+    tuple(slice(s, l, st) for s, l, st in zip(start, limit, strides))].copy())
+
+
+def _flip_rule(x: ShapedArray, *, axes: tuple[int, ...]) -> ShapedArray:
+    _normalize_axes("flip", axes, x.ndim)
+    return x
+
+
+flip_p = Primitive("flip", _flip_rule, lambda x, *, axes: np.flip(x, axes).copy())
+
+
+def _concatenate_rule(*xs: ShapedArray, axis: int) -> ShapedArray:
+    if not xs:
+        raise ValueError("concatenate needs at least one array")
+    dtype = _same_dtype("concatenate", xs)
+    (axis,) = _normalize_axes("concatenate", (axis,), xs[0].ndim)
+    for x in xs:
+        if x.ndim != xs[0].ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape))
+                                       if i != axis):
+            raise ValueError(f"concatenate along axis {axis} needs equal shapes elsewhere, got "
+                             f"{', '.join(str(a.shape) for a in xs)}")
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return ShapedArray(tuple(shape), dtype)
+
+
+concatenate_p = Primitive("concatenate", _concatenate_rule, lambda *xs, axis: np.concatenate(xs, axis))
+
+# --- dynamic slicing, gather and scatter -------------------------------------------------------
+
+
+def _check_index_scalars(name: str, indices: Sequence[ShapedArray], ndim: int) -> None:
+    if len(indices) != ndim:
+        raise ValueError(f"{name} needs {ndim} start indices, got {len(indices)}")
+    for idx in indices:
+        if idx.shape != () or not dtypes.is_int(idx.dtype):
+            raise TypeError(f"{name} start indices must be integer scalars, got {idx}")
+
+
+def _clamped_starts(starts: Sequence[Any], operand_shape: Sequence[int], sizes: Sequence[int]) -> list[int]:
+    return [int(np.clip(int(s), 0, d - n)) for s, d, n in zip(starts, operand_shape, sizes)]
+
+
+def _dynamic_slice_rule(x: ShapedArray, *starts: ShapedArray, slice_sizes: tuple[int, ...]) -> ShapedArray:
+    _check_index_scalars("dynamic_slice", starts, x.ndim)
+    if len(slice_sizes) != x.ndim or any(not 0 <= n <= d for n, d in zip(slice_sizes, x.shape)):
+        raise ValueError(f"dynamic_slice: slice_sizes {slice_sizes} do not fit shape {x.shape}")
+    return ShapedArray(slice_sizes, x.dtype)
+
+
+def _dynamic_slice_impl(x: np.ndarray, *starts: np.ndarray, slice_sizes: tuple[int, ...]) -> np.ndarray:
+    begin = _clamped_starts(starts, np.shape(x), slice_sizes)  # out-of-range starts clamp, as XLA
+    return np.asarray(x)[tuple(slice(b, b + n) for b, n in zip(begin, slice_sizes))].copy()
+
+
+dynamic_slice_p = Primitive("dynamic_slice", _dynamic_slice_rule, _dynamic_slice_impl)
+
+
+def _dynamic_update_slice_rule(x: ShapedArray, update: ShapedArray, *starts: ShapedArray) -> ShapedArray:
+    _check_index_scalars("dynamic_update_slice", starts, x.ndim)
+    if update.dtype != x.dtype or update.ndim != x.ndim or any(u > d for u, d in zip(update.shape, x.shape)):
+        raise ValueError(f"dynamic_update_slice: update {update} does not fit operand {x}")
+    return x
+
+
+def _dynamic_update_slice_impl(x: np.ndarray, update: np.ndarray, *starts: np.ndarray) -> np.ndarray:
+    begin = _clamped_starts(starts, np.shape(x), np.shape(update))
+    out = np.array(x, copy=True)
+    out[tuple(slice(b, b + n) for b, n in zip(begin, np.shape(update)))] = update
+    return out
+
+
+dynamic_update_slice_p = Primitive("dynamic_update_slice", _dynamic_update_slice_rule,
+                                   _dynamic_update_slice_impl)
+
+
+def _gather_rule(x: ShapedArray, indices: ShapedArray, *, axes: tuple[int, ...]) -> ShapedArray:
+    """``out[b..., rest...] = x[indices[b..., 0] on axes[0], ..., rest...]``: the leading dims of
+    ``indices`` are batch dims; its last dim has one entry per indexed axis."""
+    if not dtypes.is_int(indices.dtype):
+        raise TypeError(f"gather indices must be integers, got {indices.dtype.name}")
+    axes = _normalize_axes("gather", axes, x.ndim)
+    if indices.ndim < 1 or indices.shape[-1] != len(axes):
+        raise ValueError(f"gather: indices of shape {indices.shape} must end in a dimension of "
+                         f"size {len(axes)} (one per indexed axis {axes})")
+    rest = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return ShapedArray(indices.shape[:-1] + rest, x.dtype)
+
+
+def _gather_index(x_shape: Sequence[int], indices: np.ndarray, axes: Sequence[int]) -> tuple[Any, ...]:
+    """An advanced-indexing tuple over ``x`` moved so the indexed axes lead."""
+    clamped = [np.clip(indices[..., k], 0, max(x_shape[ax] - 1, 0)) for k, ax in enumerate(axes)]
+    return tuple(clamped)
+
+
+def _move_axes_first(x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    return np.moveaxis(x, list(axes), list(range(len(axes))))
+
+
+def _gather_impl(x: np.ndarray, indices: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
+    x = np.asarray(x)
+    if any(x.shape[ax] == 0 for ax in axes):  # nothing to clamp into: XLA returns zeros
+        shape = _gather_rule(ShapedArray(x.shape, x.dtype), ShapedArray(np.shape(indices), np.dtype(
+            np.asarray(indices).dtype)), axes=axes).shape
+        return np.zeros(shape, x.dtype)
+    return _move_axes_first(x, axes)[_gather_index(x.shape, np.asarray(indices), axes)].copy()
+
+
+gather_p = Primitive("gather", _gather_rule, _gather_impl)
+
+SCATTER_MODES = ("set", "add", "mul", "min", "max")
+
+
+def _scatter_rule(x: ShapedArray, indices: ShapedArray, updates: ShapedArray, *, axes: tuple[int, ...],
+                  mode: str) -> ShapedArray:
+    if mode not in SCATTER_MODES:
+        raise ValueError(f"scatter mode must be one of {SCATTER_MODES}, got {mode!r}")
+    expected = _gather_rule(x, indices, axes=axes)
+    if updates.shape != expected.shape or updates.dtype != x.dtype:
+        raise ValueError(f"scatter: updates must have shape {expected.shape} and dtype {x.dtype.name} "
+                         f"for operand {x} and indices {indices}, got {updates}")
+    return x
+
+
+def _scatter_impl(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, axes: tuple[int, ...],
+                  mode: str) -> np.ndarray:
+    out = np.array(x, copy=True)
+    indices, updates = np.asarray(indices), np.asarray(updates)
+    in_range = np.ones(indices.shape[:-1], bool)
+    for k, ax in enumerate(axes):  # out-of-range updates are dropped, as XLA and JAX do
+        in_range &= (indices[..., k] >= 0) & (indices[..., k] < out.shape[ax])
+    index = tuple(indices[..., k][in_range] for k in range(len(axes)))
+    target = _move_axes_first(out, axes)  # a view: writes land in ``out``
+    updates = updates[in_range]
+    if mode == "set":
+        target[index] = updates
+    else:
+        ufunc = {"add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}[mode]
+        ufunc.at(target, index, updates)
+    return out
+
+
+scatter_p = Primitive("scatter", _scatter_rule, _scatter_impl)
+
+# --- creation, linear algebra, sorting ---------------------------------------------------------
+
+
+def _iota_rule(*, dtype: np.dtype, shape: tuple[int, ...], dimension: int) -> ShapedArray:
+    _normalize_axes("iota", (dimension,), len(shape))
+    dtype = dtypes.canonicalize(dtype)
+    if dtypes.is_bool(dtype):
+        raise TypeError("iota cannot produce bool values")
+    return ShapedArray(shape, dtype)
+
+
+def _iota_impl(*, dtype: np.dtype, shape: tuple[int, ...], dimension: int) -> np.ndarray:
+    counts = np.arange(shape[dimension]).reshape([-1 if i == dimension else 1 for i in range(len(shape))])
+    return np.broadcast_to(counts, shape).astype(dtype)
+
+
+iota_p = Primitive("iota", _iota_rule, _iota_impl)
+
+
+def _dot_general_rule(lhs: ShapedArray, rhs: ShapedArray, *, contracting: tuple[tuple[int, ...], tuple[int, ...]],
+                      batch: tuple[tuple[int, ...], tuple[int, ...]]) -> ShapedArray:
+    """Output dims: batch dims, then lhs free dims, then rhs free dims (XLA's DotGeneral order)."""
+    dtype = _same_dtype("dot_general", [lhs, rhs])
+    _check_kinds("dot_general", [lhs, rhs], "if")
+    (lc, rc), (lb, rb) = contracting, batch
+    _normalize_axes("dot_general", lc + lb, lhs.ndim)
+    _normalize_axes("dot_general", rc + rb, rhs.ndim)
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise ValueError(f"dot_general: contracting {contracting} / batch {batch} dimensions must pair up")
+    for a, b in list(zip(lc, rc)) + list(zip(lb, rb)):
+        if lhs.shape[a] != rhs.shape[b]:
+            raise ValueError(f"dot_general: dimension {a} of lhs {lhs.shape} and dimension {b} of rhs "
+                             f"{rhs.shape} must match (sizes {lhs.shape[a]} and {rhs.shape[b]})")
+    free_l = [d for i, d in enumerate(lhs.shape) if i not in lc + lb]
+    free_r = [d for i, d in enumerate(rhs.shape) if i not in rc + rb]
+    return ShapedArray(tuple(lhs.shape[i] for i in lb) + tuple(free_l) + tuple(free_r), dtype)
+
+
+def _dot_general_impl(lhs: np.ndarray, rhs: np.ndarray, *, contracting: Any, batch: Any) -> np.ndarray:
+    lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+    (lc, rc), (lb, rb) = contracting, batch
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    lhs_sub = [next(letters) for _ in range(lhs.ndim)]
+    rhs_sub = [next(letters) for _ in range(rhs.ndim)]
+    for a, b in list(zip(lc, rc)) + list(zip(lb, rb)):
+        rhs_sub[b] = lhs_sub[a]
+    out = [lhs_sub[i] for i in lb]
+    out += [s for i, s in enumerate(lhs_sub) if i not in lc + lb]
+    out += [s for i, s in enumerate(rhs_sub) if i not in rc + rb]
+    spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out)}"
+    if lhs.dtype in _LOW_PRECISION:
+        return np.einsum(spec, lhs.astype(np.float32), rhs.astype(np.float32)).astype(lhs.dtype)
+    return np.asarray(np.einsum(spec, lhs, rhs)).astype(lhs.dtype)
+
+
+dot_general_p = Primitive("dot_general", _dot_general_rule, _dot_general_impl)
+
+
+def _sort_rule(*operands: ShapedArray, dimension: int, num_keys: int, descending: bool) -> tuple[ShapedArray, ...]:
+    if not operands or not 1 <= num_keys <= len(operands):
+        raise ValueError(f"sort needs 1 <= num_keys <= number of operands, got {num_keys} and {len(operands)}")
+    if len({o.shape for o in operands}) != 1:
+        raise ValueError(f"sort operands must share one shape, got {[o.shape for o in operands]}")
+    _normalize_axes("sort", (dimension,), operands[0].ndim)
+    return operands
+
+
+def _sort_impl(*operands: np.ndarray, dimension: int, num_keys: int, descending: bool) -> tuple[np.ndarray, ...]:
+    """Stable lexicographic sort along ``dimension`` by the first ``num_keys`` operands; NaNs last
+    (first when descending); the other operands are permuted alike."""
+    arrays = [np.moveaxis(np.asarray(o), dimension, -1) for o in operands]
+    keys = [k.astype(np.float32) if k.dtype in _LOW_PRECISION else k for k in arrays[:num_keys]]
+    if descending:  # stable descending = reverse of a stable ascending sort of the reversed input
+        keys = [k[..., ::-1] for k in keys]
+    order = np.lexsort(keys[::-1], axis=-1)
+    if descending:
+        order = (arrays[0].shape[-1] - 1 - order)[..., ::-1]
+    return tuple(np.moveaxis(np.take_along_axis(a, order, -1), -1, dimension).copy() for a in arrays)
+
+
+sort_p = Primitive("sort", _sort_rule, _sort_impl, multiple_results=True)
+
+# --- random bits -------------------------------------------------------------------------------
+
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _rotate_left(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def threefry2x32_numpy(k0: np.ndarray, k1: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Threefry-2x32 with 20 rounds (Salmon et al., 2011), the counter-based hash behind JAX's keys."""
+    k0, k1, x0, x1 = (np.asarray(v, np.uint32) for v in (k0, k1, x0, x1))
+    keys = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
+    with np.errstate(over="ignore"):
+        x0, x1 = x0 + keys[0], x1 + keys[1]
+        for block in range(5):
+            for r in _THREEFRY_ROTATIONS[block % 2]:
+                x0 = x0 + x1
+                x1 = _rotate_left(x1, r) ^ x0
+            x0 = x0 + keys[(block + 1) % 3]
+            x1 = x1 + keys[(block + 2) % 3] + np.uint32(block + 1)
+    return x0, x1
+
+
+def _threefry_rule(k0: ShapedArray, k1: ShapedArray, x0: ShapedArray, x1: ShapedArray) -> tuple[ShapedArray, ...]:
+    avals = [k0, k1, x0, x1]
+    if any(a.dtype != dtypes.uint32 for a in avals):
+        raise TypeError(f"threefry2x32 takes uint32 operands, got {[a.dtype.name for a in avals]}")
+    shape = _elementwise_shape("threefry2x32", avals)
+    return (ShapedArray(shape, dtypes.uint32),) * 2
+
+
+threefry2x32_p = Primitive("threefry2x32", _threefry_rule,
+                           lambda *xs: tuple(np.broadcast_arrays(*threefry2x32_numpy(*xs))),
+                           multiple_results=True)

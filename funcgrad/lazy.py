@@ -1,0 +1,126 @@
+"""Lazy eager evaluation: primitives applied to concrete Tensors build a pending graph.
+
+Nothing runs when an operation is applied outside a trace: the result is a ``LazyBuffer`` that
+remembers the primitive and its sources. ``realize`` gathers the pending graph behind the buffers
+asked for, turns it into an IR whose inputs are the already-realized buffers, and runs that IR
+(through the NumPy reference interpreter until the compiler lands). Realized buffers forget their
+graph so memory is freed as soon as no Tensor needs it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad.ir.core import IR, Eqn, ShapedArray, Var
+from funcgrad.ir.interpreter import eval_ir
+from funcgrad.ir.primitives import Primitive
+
+
+class LazyOp:
+    """One pending primitive application; its outputs are held weakly to let them die."""
+
+    __slots__ = ("primitive", "params", "sources", "outputs")
+
+    def __init__(self, primitive: Primitive, params: dict[str, Any], sources: Sequence[LazyBuffer]) -> None:
+        self.primitive = primitive
+        self.params = params
+        self.sources = tuple(sources)
+        self.outputs: list[weakref.ref[LazyBuffer]] = []
+
+
+class LazyBuffer:
+    """An array that is either realized (``array`` set) or pending (``op`` set)."""
+
+    __slots__ = ("aval", "op", "array", "__weakref__")
+
+    def __init__(self, aval: ShapedArray, op: LazyOp | None = None, array: np.ndarray | None = None) -> None:
+        self.aval = aval
+        self.op = op
+        self.array = array
+
+    @staticmethod
+    def from_array(array: np.ndarray) -> LazyBuffer:
+        array.flags.writeable = False  # Tensors are immutable; their buffers are shared freely
+        return LazyBuffer(ShapedArray(array.shape, array.dtype), array=array)
+
+    @staticmethod
+    def pending(primitive: Primitive, params: dict[str, Any], sources: Sequence[LazyBuffer],
+                out_avals: Sequence[ShapedArray]) -> list[LazyBuffer]:
+        op = LazyOp(primitive, params, sources)
+        outputs = [LazyBuffer(aval, op=op) for aval in out_avals]
+        op.outputs = [weakref.ref(b) for b in outputs]
+        return outputs
+
+    @property
+    def realized(self) -> bool:
+        return self.array is not None
+
+
+def _pending_ops(targets: Sequence[LazyBuffer]) -> list[LazyOp]:
+    """The pending ops behind ``targets`` in dependency order (iterative post-order DFS)."""
+    order: list[LazyOp] = []
+    visited: set[int] = set()
+    stack: list[tuple[LazyOp, bool]] = [(b.op, False) for b in targets if b.op is not None]
+    while stack:
+        op, expanded = stack.pop()
+        if expanded:
+            order.append(op)
+            continue
+        if id(op) in visited:
+            continue
+        visited.add(id(op))
+        stack.append((op, True))
+        stack.extend((s.op, False) for s in op.sources if s.op is not None and id(s.op) not in visited)
+    return order
+
+
+def graph_to_ir(targets: Sequence[LazyBuffer]) -> tuple[IR, list[LazyBuffer]]:
+    """The IR computing ``targets`` from realized buffers, and those buffers (its inputs)."""
+    ops = _pending_ops(targets)
+    var_of: dict[int, Var] = {}
+    inputs: list[LazyBuffer] = []
+    in_vars: list[Var] = []
+
+    def var_for(buffer: LazyBuffer) -> Var:
+        if id(buffer) not in var_of:
+            assert buffer.realized, "pending buffer used before its op"
+            var_of[id(buffer)] = Var(buffer.aval)
+            inputs.append(buffer)
+            in_vars.append(var_of[id(buffer)])
+        return var_of[id(buffer)]
+
+    eqns = []
+    keep_alive = []  # output buffers of ops must outlive the id()s we key them by
+    for op in ops:
+        ins = [var_for(s) for s in op.sources]
+        outs = []
+        for ref in op.outputs:
+            buffer = ref()
+            var = Var(buffer.aval) if buffer is not None else None
+            if buffer is not None:
+                keep_alive.append(buffer)
+                var_of[id(buffer)] = var
+            outs.append(var)
+        avals = op.primitive.abstract_eval(*(v.aval for v in ins), **op.params)
+        avals = avals if op.primitive.multiple_results else (avals,)
+        outs = [v if v is not None else Var(a) for v, a in zip(outs, avals)]
+        eqns.append(Eqn(op.primitive, ins, op.params, outs))
+    outputs = [var_for(t) if t.realized else var_of[id(t)] for t in targets]
+    return IR(in_vars, eqns, outputs), inputs
+
+
+def realize(targets: Sequence[LazyBuffer]) -> None:
+    """Compute every pending buffer in ``targets`` and store its array."""
+    pending = [t for t in targets if not t.realized]
+    if not pending:
+        return
+    ir, inputs = graph_to_ir(pending)
+    results = eval_ir(ir, [b.array for b in inputs])
+    for buffer, array in zip(pending, results):
+        buffer.array = np.asarray(array)
+        buffer.array.flags.writeable = False
+        buffer.op = None

@@ -1,0 +1,177 @@
+"""Turning user values into Tensors: ``asarray``, dtype promotion and broadcasting.
+
+Every function of ``funcgrad.numpy`` starts here. ``promote`` applies JAX's promotion lattice with
+weakly typed Python scalars (``x_f16 * 2.0`` stays float16); ``broadcast_arrays`` follows NumPy's
+broadcasting rules and inserts explicit ``broadcast_in_dim`` equations; ``apply_elementwise``
+combines both and binds an elementwise primitive. Python scalars reach the IR as inline literals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad.ir import dtypes
+from funcgrad.ir import primitives as P
+from funcgrad.ir.primitives import Primitive
+from funcgrad.tensor import Tensor, bind
+
+_PY_SCALARS = (bool, int, float)
+ArrayLike = Any  # Tensor | np.ndarray | bool | int | float | nested sequences
+
+
+def asarray(obj: ArrayLike, dtype: Any = None, *, copy: bool | None = None, device: str | None = None) -> Tensor:
+    """Convert ``obj`` to a Tensor; Tensors pass through (cast if ``dtype`` differs).
+
+    >>> asarray([1, 2, 3]).dtype
+    dtype('int32')
+    """
+    if device is not None:
+        Tensor(0, device=device)  # validates the device name
+    if isinstance(obj, Tensor):
+        return obj if dtype is None else astype(obj, dtype, copy=bool(copy))
+    if isinstance(obj, _PY_SCALARS) and not isinstance(obj, np.generic) and dtype is None:
+        return scalar_tensor(obj)
+    if isinstance(obj, (list, tuple)) and any(isinstance(o, Tensor) for o in _flat_items(obj)):
+        from funcgrad.numpy.manipulation import stack
+        return stack([asarray(o, dtype) for o in obj])
+    return Tensor(obj, dtype=dtype)
+
+
+def _flat_items(obj: Any) -> list[Any]:
+    items: list[Any] = []
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        else:
+            items.append(item)
+    return items
+
+
+def scalar_tensor(value: bool | int | float, dtype: np.dtype | None = None) -> Tensor:
+    """A rank-0 Tensor for a Python scalar; weakly typed unless ``dtype`` is given or it is a bool."""
+    dtype = dtypes.python_scalar_dtype(value) if dtype is None else dtype
+    tensor = Tensor._wrap(Tensor(_to_numpy_scalar(value, dtype))._data)
+    tensor._weak = dtype != dtypes.bool_ and not isinstance(value, np.generic)
+    return tensor
+
+
+def _to_numpy_scalar(value: Any, dtype: np.dtype) -> np.generic:
+    if dtypes.is_int(dtype) and not isinstance(value, (bool, np.bool_)):
+        if isinstance(value, (float, np.floating)):
+            value = int(value)
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise OverflowError(f"Python int {value} does not fit in {dtype.name} "
+                                f"(range {info.min}..{info.max})")
+    return np.asarray(value).astype(dtype)[()]
+
+
+def dtype_and_weak(x: Any) -> tuple[np.dtype, bool]:
+    if isinstance(x, Tensor):
+        return x.dtype, x._weak
+    if isinstance(x, np.generic):
+        return dtypes.canonicalize(_host_dtype(x.dtype)), False
+    if isinstance(x, _PY_SCALARS):
+        dtype = dtypes.python_scalar_dtype(x)
+        return dtype, dtype != dtypes.bool_
+    if isinstance(x, np.ndarray):
+        return _host_dtype(x.dtype), False
+    raise TypeError(f"expected an array or a scalar, got {type(x).__name__}")
+
+
+def _host_dtype(dtype: np.dtype) -> np.dtype:
+    return {dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32,
+            dtypes.uint64: dtypes.uint32}.get(np.dtype(dtype), np.dtype(dtype))
+
+
+def result_type(*args: Any) -> np.dtype:
+    """The dtype operations on ``args`` (arrays, dtypes or scalars) produce.
+
+    >>> result_type(asarray([1], "uint8"), 1000)  # a Python int is weak: the array's dtype wins
+    dtype('uint8')
+    """
+    pairs = []
+    for a in args:
+        if isinstance(a, (Tensor, np.ndarray, np.generic, *_PY_SCALARS)):
+            pairs.append(dtype_and_weak(a))
+        else:
+            pairs.append((dtypes.canonicalize(a), False))
+    return dtypes.result_type(*pairs)[0]
+
+
+def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = True, device: str | None = None) -> Tensor:
+    """Cast ``x`` to ``dtype`` (float -> int truncates toward zero and saturates)."""
+    x = asarray(x)
+    dtype = dtypes.canonicalize(dtype)
+    if x.dtype == dtype:
+        return x
+    return bind(P.convert_element_type_p, x, new_dtype=dtype)
+
+
+def promote(*args: ArrayLike) -> tuple[list[Any], np.dtype, bool]:
+    """Bring ``args`` to one dtype. Tensors are cast; scalars become NumPy scalars of the result
+    dtype (which the tracer writes as literals). Returns (values, dtype, weak)."""
+    converted = [a if isinstance(a, (Tensor, *_PY_SCALARS, np.generic)) else asarray(a) for a in args]
+    dtype, weak = dtypes.result_type(*(dtype_and_weak(a) for a in converted))
+    values: list[Any] = []
+    for a in converted:
+        if isinstance(a, Tensor):
+            values.append(astype(a, dtype))
+        else:
+            values.append(_to_numpy_scalar(a, dtype))
+    return values, dtype, weak
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """NumPy's broadcasting of shapes. >>> broadcast_shapes((3, 1), (4,))  # (3, 4)"""
+    ndim = max((len(s) for s in shapes), default=0)
+    result = []
+    for axis in range(ndim):
+        sizes = {s[axis - ndim + len(s)] for s in shapes if axis - ndim + len(s) >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
+def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Tensor:
+    """Broadcast ``x`` to ``shape`` following NumPy's rules (leading axes added, size-1 axes expanded)."""
+    shape = tuple(int(d) for d in shape)
+    if isinstance(x, np.generic):  # stays an inline literal when traced
+        return bind(P.broadcast_in_dim_p, x, shape=shape, broadcast_dimensions=())
+    x = asarray(x)
+    if x.shape == shape:
+        return x
+    if len(shape) < x.ndim or broadcast_shapes(x.shape, shape) != shape:
+        raise ValueError(f"cannot broadcast an array of shape {x.shape} to shape {shape}")
+    offset = len(shape) - x.ndim
+    return bind(P.broadcast_in_dim_p, x, shape=shape, broadcast_dimensions=tuple(range(offset, len(shape))))
+
+
+def broadcast_arrays(*args: ArrayLike) -> list[Tensor]:
+    tensors = [asarray(a) for a in args]
+    shape = broadcast_shapes(*(t.shape for t in tensors))
+    return [broadcast_to(t, shape) for t in tensors]
+
+
+def apply_elementwise(primitive: Primitive, *args: ArrayLike, to_float: bool = False,
+                      keep_weak: bool = True) -> Tensor:
+    """Promote, broadcast and bind an elementwise primitive. ``to_float`` promotes bool/integer
+    inputs to the default float first (for sin, exp, true division, ...), as JAX does."""
+    values, dtype, weak = promote(*args)
+    if to_float and not dtypes.is_float(dtype):
+        values = [astype(v, dtypes.default_float) if isinstance(v, Tensor)
+                  else _to_numpy_scalar(v, dtypes.default_float) for v in values]
+    shapes = [v.shape for v in values if isinstance(v, Tensor)]
+    shape = broadcast_shapes(*shapes)
+    operands = [broadcast_to(v, shape) if isinstance(v, Tensor) and v.shape not in (shape, ()) else v
+                for v in values]
+    out = bind(primitive, *operands)
+    out._weak = weak and keep_weak
+    return out

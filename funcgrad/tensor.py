@@ -1,0 +1,278 @@
+"""Tensor (alias Array): the array type users hold, and ``bind``, the one door to the primitives.
+
+A Tensor wraps either a ``LazyBuffer`` (a concrete value, realized or pending) or a ``Tracer`` (a
+value inside a running trace). Users never see the difference except where a concrete value is
+required (``bool(x)``, ``x.item()``, ``np.asarray(x)``): on a tracer those raise a
+``ConcretizationError`` that says what to do instead.
+
+``bind(primitive, *operands, **params)`` checks the operands with the primitive's shape rule, then
+either appends an equation to the innermost running trace or, outside any trace, records a pending
+lazy op. Everything else (``funcgrad.numpy``, the Tensor methods, the transforms) is built on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad.ir import dtypes
+from funcgrad.ir.core import IR, Literal, ShapedArray
+from funcgrad.ir.primitives import Primitive
+from funcgrad.ir.tracing import ConcretizationError, IRBuilder, Tracer, check_alive, current_builder
+from funcgrad.lazy import LazyBuffer, realize
+
+DEFAULT_DEVICE = "CPU"
+
+
+def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
+    """Convert Python/NumPy data to an array of a funcgrad dtype: float64 -> float32 and
+    int64 -> int32 unless ``dtype`` asks for them (no silent 64-bit values, as in JAX)."""
+    if dtype is not None:
+        dtype = dtypes.canonicalize(dtype)
+    try:
+        array = np.asarray(data)
+    except ValueError as err:  # ragged nested lists
+        raise ValueError(f"cannot make an array from {type(data).__name__}: {err}") from None
+    if array.dtype == object:
+        raise TypeError(f"cannot make an array from {type(data).__name__} holding "
+                        f"{type(array.flat[0]).__name__ if array.size else 'objects'}")
+    if dtype is None:
+        kind = array.dtype.kind
+        if kind == "f":
+            dtype = array.dtype if array.dtype in dtypes.ALL_DTYPES and array.dtype != dtypes.float64 \
+                else dtypes.float32
+        elif kind == "i":
+            dtype = array.dtype if array.dtype != dtypes.int64 else dtypes.int32
+        elif kind == "u":
+            dtype = array.dtype if array.dtype != dtypes.uint64 else dtypes.uint32
+        elif kind == "b":
+            dtype = dtypes.bool_
+        elif array.dtype == dtypes.bfloat16:
+            dtype = dtypes.bfloat16
+        else:
+            raise TypeError(f"arrays of dtype {array.dtype} are not supported by funcgrad")
+    return np.array(array, dtype=dtype, copy=True)
+
+
+class Tensor:
+    """An immutable n-dimensional array; operations on it are lazy outside traces.
+
+    >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> (x @ x.T).sum().item()
+    52.0
+    """
+
+    __slots__ = ("_data", "_weak", "requires_grad", "grad", "__weakref__")
+    __array_priority__ = 100  # so ndarray + Tensor defers to Tensor.__radd__
+
+    def __init__(self, data: Any, dtype: Any = None, device: str | None = None,
+                 requires_grad: bool | None = None) -> None:
+        if device is not None and device.upper() != DEFAULT_DEVICE:
+            raise ValueError(f"device {device!r} is not available; available devices: {DEFAULT_DEVICE}")
+        if isinstance(data, Tensor):
+            source = data if dtype is None else data.astype(dtype)
+            self._data: LazyBuffer | Tracer = source._data
+        else:
+            self._data = LazyBuffer.from_array(_canonical_numpy(data, dtype))
+        self._weak = False
+        self.requires_grad = requires_grad
+        self.grad: Tensor | None = None
+
+    @classmethod
+    def _wrap(cls, data: LazyBuffer | Tracer, weak: bool = False) -> Tensor:
+        tensor = cls.__new__(cls)
+        tensor._data = data
+        tensor._weak = weak
+        tensor.requires_grad = None
+        tensor.grad = None
+        return tensor
+
+    # --- what the tracer knows ----------------------------------------------------------------
+    @property
+    def aval(self) -> ShapedArray:
+        return self._data.aval
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._data.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._data.aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return self._data.aval.size
+
+    @property
+    def device(self) -> str:
+        return DEFAULT_DEVICE
+
+    @property
+    def is_traced(self) -> bool:
+        return isinstance(self._data, Tracer)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    # --- getting concrete values --------------------------------------------------------------
+    def _concrete(self, what: str) -> np.ndarray:
+        if isinstance(self._data, Tracer):
+            check_alive(self._data)
+            raise ConcretizationError(
+                f"{what} needs a concrete value, but this array is traced (an abstract {self.aval} "
+                f"inside {self._data.builder.label}). Python control flow on traced values cannot be "
+                "recorded: use fg.lax.cond / fg.numpy.where for branches, or mark the argument static "
+                "(jit's static_argnums / static_argnames).")
+        realize([self._data])
+        assert self._data.array is not None
+        return self._data.array
+
+    def realize(self) -> Tensor:
+        """Run the pending computation now (no-op if already computed); returns ``self``."""
+        self._concrete("realize()")
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """A NumPy copy of the value. >>> Tensor([1, 2]).numpy()  # array([1, 2], dtype=int32)"""
+        return np.array(self._concrete("numpy()"), copy=True)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        array = self._concrete("np.asarray()")
+        return np.array(array, dtype=dtype, copy=True)
+
+    def tolist(self) -> Any:
+        return self._concrete("tolist()").tolist()
+
+    def item(self) -> Any:
+        if self.size != 1:
+            raise ValueError(f"item() needs an array with one element, this one has shape {self.shape}")
+        return self._concrete("item()").item()
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(f"the truth value of an array of shape {self.shape} is ambiguous; "
+                             "use .any() or .all()")
+        return bool(self._concrete("bool()").item())
+
+    def __int__(self) -> int:
+        return int(self._concrete("int()").item())
+
+    def __float__(self) -> float:
+        return float(self._concrete("float()").item())
+
+    def __index__(self) -> int:
+        if not dtypes.is_int(self.dtype) or self.size != 1:
+            raise TypeError(f"only integer scalar arrays can be used as an index, got {self.aval}")
+        return int(self._concrete("using an array as a Python index").item())
+
+    def __hash__(self) -> int:
+        raise TypeError("Tensors are unhashable (use them as static arguments via a tuple of values)")
+
+    def __iter__(self) -> Any:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self) -> str:
+        if isinstance(self._data, Tracer):
+            state = "dead " if not self._data.builder.alive else ""
+            return f"Traced<{self.aval}>({state}{self._data.builder.label})"
+        if self._data.array is None:
+            return f"<Tensor {self.aval} pending on {self.device}>"
+        body = np.array2string(self._data.array, separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, dtype={self.dtype.name})"
+
+    def __str__(self) -> str:
+        if isinstance(self._data, Tracer):
+            return repr(self)
+        return str(self._concrete("str()"))
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # Jupyter/IPython: show the value
+        printer.text(repr(self.realize()) if not self.is_traced else repr(self))
+
+    # everything else (operators, reshape, sum, ...) is attached in funcgrad/tensor_methods.py
+
+
+Array = Tensor
+
+# --- binding primitives ------------------------------------------------------------------------
+
+
+def aval_of(operand: Any) -> ShapedArray:
+    if isinstance(operand, Tensor):
+        return operand.aval
+    if isinstance(operand, np.generic):
+        return ShapedArray((), dtypes.canonicalize(operand.dtype))
+    raise TypeError(f"primitives take Tensors or NumPy scalars, got {type(operand).__name__}")
+
+
+def _atom_for(builder: IRBuilder, operand: Any) -> Any:
+    """Turn an operand into an atom of ``builder``'s IR, lifting foreign values as constants."""
+    if isinstance(operand, np.generic):
+        return Literal.of(operand)
+    data = operand._data
+    if isinstance(data, Tracer):
+        check_alive(data)
+        if data.builder is builder:
+            return data.var
+        return builder.lift(operand, data.aval, key=id(data))
+    return builder.lift(operand, data.aval, key=id(data))
+
+
+def _lazy_for(operand: Any) -> LazyBuffer:
+    if isinstance(operand, np.generic):
+        return LazyBuffer.from_array(np.asarray(operand))
+    data = operand._data
+    if isinstance(data, Tracer):  # only reachable with a dead tracer: live ones mean a builder exists
+        check_alive(data)
+        raise AssertionError("a live tracer was used outside of any trace")
+    return data
+
+
+def bind(primitive: Primitive, *operands: Any, **params: Any) -> Any:
+    """Apply ``primitive``: record it in the running trace, or lazily outside any trace.
+
+    Returns a Tensor, or a tuple of Tensors for multiple-result primitives.
+    """
+    out_avals = primitive.abstract_eval(*(aval_of(x) for x in operands), **params)
+    avals = out_avals if primitive.multiple_results else (out_avals,)
+    builder = current_builder()
+    if builder is None:
+        data: Sequence[Any] = LazyBuffer.pending(primitive, params, [_lazy_for(x) for x in operands], avals)
+    else:
+        data = builder.add_eqn(primitive, [_atom_for(builder, x) for x in operands], params, avals)
+    outs = tuple(Tensor._wrap(d) for d in data)
+    return outs if primitive.multiple_results else outs[0]
+
+
+def evaluate(ir: IR, *args: Any, consts: Sequence[Any] | None = None) -> list[Any]:
+    """Evaluate ``ir`` by binding its equations again, on Tensors (concrete or traced).
+
+    This is how transformed IRs run: inside an enclosing trace the equations are recorded there,
+    outside they build a lazy graph. Outputs that are literals come back as NumPy scalars.
+    """
+    if len(args) != len(ir.in_vars):
+        raise TypeError(f"IR takes {len(ir.in_vars)} inputs, got {len(args)}")
+    env: dict[int, Any] = {}
+    for var, value in zip(ir.const_vars, ir.consts if consts is None else consts):
+        env[var.id] = value
+    for var, value in zip(ir.in_vars, args):
+        env[var.id] = value
+
+    def read(atom: Any) -> Any:
+        return atom.value if isinstance(atom, Literal) else env[atom.id]
+
+    for eqn in ir.eqns:
+        outs = bind(eqn.primitive, *(read(a) for a in eqn.inputs), **eqn.param_dict)
+        for var, value in zip(eqn.outputs, outs if eqn.primitive.multiple_results else (outs,)):
+            env[var.id] = value
+    return [read(a) for a in ir.outputs]

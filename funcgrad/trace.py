@@ -1,0 +1,102 @@
+"""Tracing Python functions over pytrees of arrays into an IR: ``make_ir`` and the helper every
+transformation uses, ``trace_flat``.
+
+Arguments are flattened as pytrees; every array-like leaf (Tensor, NumPy array, Python or NumPy
+scalar) becomes a typed input of the IR, with Python scalars weakly typed as in JAX. Arrays the
+function closes over become constants of the IR. Outputs are flattened the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad import tree
+from funcgrad.ir import dtypes
+from funcgrad.ir.core import IR, ShapedArray
+from funcgrad.ir.tracing import new_trace
+from funcgrad.tensor import Tensor, _atom_for
+
+_SCALARS = (bool, int, float, np.generic)
+
+
+def leaf_aval(leaf: Any, where: str = "argument") -> tuple[ShapedArray, bool]:
+    """The (aval, weak_type) a pytree leaf traces as; raises TypeError for non-array leaves."""
+    if isinstance(leaf, Tensor):
+        return leaf.aval, leaf._weak
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype.kind == "f" and leaf.dtype not in dtypes.ALL_DTYPES:
+            raise TypeError(f"{where} has unsupported dtype {leaf.dtype}")
+        return ShapedArray(leaf.shape, _default_dtype(leaf.dtype)), False
+    if isinstance(leaf, np.generic):
+        return ShapedArray((), _default_dtype(leaf.dtype)), False
+    if isinstance(leaf, (bool, int, float)):
+        dtype = dtypes.python_scalar_dtype(leaf)
+        return ShapedArray((), dtype), dtype != dtypes.bool_
+    raise TypeError(f"{where} of type {type(leaf).__name__} is not a valid funcgrad type: a traced "
+                    "function takes pytrees (tuples, lists, dicts, ...) whose leaves are arrays or scalars")
+
+
+def _default_dtype(dtype: np.dtype) -> np.dtype:
+    return {dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32,
+            dtypes.uint64: dtypes.uint32}.get(np.dtype(dtype), dtypes.canonicalize(dtype))
+
+
+def as_output(value: Any) -> Tensor:
+    """A function's output leaf as a Tensor (scalars and NumPy arrays are accepted, as JAX does)."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (np.ndarray, *_SCALARS)):
+        return Tensor(value)
+    raise TypeError(f"a traced function returned a {type(value).__name__}; outputs must be pytrees "
+                    "whose leaves are arrays or scalars")
+
+
+def trace_flat(fn: Callable[..., Any], in_avals: Sequence[tuple[ShapedArray, bool]], in_tree: Any,
+               label: str) -> tuple[IR, Any]:
+    """Trace ``fn(*unflatten(in_tree, inputs))`` with one IR input per aval; returns (IR, out_tree).
+
+    ``in_tree`` describes the positional argument tuple ``(args...)``.
+    """
+    with new_trace(label) as builder:
+        inputs = [Tensor._wrap(builder.new_input(aval), weak=weak) for aval, weak in in_avals]
+        args = tree.unflatten(in_tree, inputs)
+        out = fn(*args)
+        out_leaves, out_tree = tree.flatten(out)
+        atoms = [_atom_for(builder, as_output(leaf)) for leaf in out_leaves]
+        ir = builder.build(atoms)
+    return ir, out_tree
+
+
+def make_ir(fn: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Callable[..., IR]:
+    """Return a function that traces ``fn`` on example arguments and gives back its IR.
+
+    >>> print(make_ir(lambda x: x * 2 + 1)(Tensor.ones(3)))
+    { lambda a:f32[3]. let
+        b:f32[3] = mul a 2.0:f32[]
+        c:f32[3] = add b 1.0:f32[]
+      in (c,) }
+    """
+    static = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
+
+    @functools.wraps(fn)
+    def traced(*args: Any) -> IR:
+        for i in static:
+            if not -len(args) <= i < len(args):
+                raise ValueError(f"static_argnums {i} is out of range for {len(args)} arguments")
+        static_pos = {i % len(args) for i in static}
+        dynamic = [a for i, a in enumerate(args) if i not in static_pos]
+
+        def with_statics(*dynamic_args: Any) -> Any:
+            it = iter(dynamic_args)
+            return fn(*(args[i] if i in static_pos else next(it) for i in range(len(args))))
+
+        leaves, in_tree = tree.flatten(tuple(dynamic))
+        avals = [leaf_aval(leaf, f"argument leaf {n}") for n, leaf in enumerate(leaves)]
+        ir, _ = trace_flat(with_statics, avals, in_tree, f"make_ir({getattr(fn, '__name__', 'fn')})")
+        return ir
+
+    return traced

@@ -1,0 +1,382 @@
+"""Pytrees: nested containers of arrays, taken apart into leaves plus a structure.
+
+Transforms (jit, grad, vmap) work on flat lists of arrays, while users pass nested tuples, dicts,
+dataclasses and modules. `flatten` walks such a container and returns its leaves in a fixed order
+together with a `TreeDef` that records everything else; `unflatten` puts new leaves back into the
+same shape. A TreeDef hashes in O(1) and compares structurally, so jit can use it as a cache key.
+
+Whether an object is a node (a container) or a leaf is decided by its exact type, in this order:
+a class given to `register`/`register_static`; a class with a `__funcgrad_flatten__` hook; a
+namedtuple; a dataclass; an attrs class. tuple, list, dict, OrderedDict and None are registered
+here. Everything else -- arrays, numbers, str, subclasses of list or dict -- is a leaf.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, NamedTuple, TypeVar
+
+import attrs
+
+PyTree = Any
+IsLeaf = Callable[[Any], bool] | None
+T = TypeVar("T", bound=type)
+
+
+# --- path entries: one step from a node to a child, printed the way Python would spell it ---
+
+class KeyEntry:
+    """One step of a leaf's path; `str()` gives its Python spelling, e.g. `[0]`, `['w']`, `.bias`."""
+
+    __slots__ = ("key",)
+    _spelling = "{}"
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.key))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.key!r})"
+
+    def __str__(self) -> str:
+        return self._spelling.format(self.key)
+
+
+class SequenceKey(KeyEntry):
+    """Index into a tuple or list, or into a custom node's children."""
+    _spelling = "[{!r}]"
+
+
+class DictKey(KeyEntry):
+    """Key of a dict or OrderedDict."""
+    _spelling = "[{!r}]"
+
+
+class GetAttrKey(KeyEntry):
+    """Field of a namedtuple, dataclass or attrs class."""
+    _spelling = ".{}"
+
+
+KeyPath = tuple[KeyEntry, ...]
+
+
+def keystr(path: KeyPath) -> str:
+    """Spell a path the way Python indexes it: `keystr(path) == "['params'][0].weight"`."""
+    return "".join(str(key) for key in path)
+
+
+# --- node kinds: one row per kind of container, saying how to take it apart and rebuild it ---
+
+class _NodeKind(NamedTuple):
+    flatten: Callable[[Any], tuple[Iterable[Any], Hashable]]   # obj -> (children, aux data)
+    unflatten: Callable[[Any, Any, tuple[Any, ...]], Any]       # (cls, aux, children) -> obj
+    child_keys: Callable[[Any, Any, int], list[KeyEntry]]      # (cls, aux, n_children) -> keys
+    describe: Callable[[Any, Any, list[str]], str]              # (cls, aux, child reprs) -> repr
+
+
+def _sorted_keys(mapping: dict) -> tuple:
+    """Dict children come in sorted key order, so `{'b':.., 'a':..}` and `{'a':.., 'b':..}` share
+    one TreeDef (as in JAX). Keys that cannot be compared with each other, such as 1 and "a", are
+    sorted by `(type(key).__name__, repr(key))` instead, which is deterministic for the same keys."""
+    try:
+        return tuple(sorted(mapping))
+    except TypeError:
+        return tuple(sorted(mapping, key=lambda key: (type(key).__name__, repr(key))))
+
+
+@functools.cache
+def _fields_of(cls: Any) -> tuple[tuple[str, bool], ...]:
+    """(name, is_static) for each field of a dataclass or attrs class, in declaration order."""
+    if dataclasses.is_dataclass(cls):
+        return tuple((f.name, bool(f.metadata.get("static", False))) for f in dataclasses.fields(cls))
+    return tuple((a.name, bool(a.metadata.get("static", False))) for a in attrs.fields(cls))
+
+
+def _flatten_fields(obj: Any) -> tuple[list[Any], tuple[Any, ...]]:
+    fields = _fields_of(obj.__class__)
+    children = [getattr(obj, name) for name, static in fields if not static]
+    return children, tuple(getattr(obj, name) for name, static in fields if static)
+
+
+def _unflatten_fields(cls: type, aux: tuple[Any, ...], children: tuple[Any, ...]) -> Any:
+    # __init__ and __post_init__ may validate or convert arguments, and transforms rebuild objects
+    # with tracers or None as leaves, so rebuild by setting fields directly. object.__setattr__
+    # gets past frozen dataclasses/attrs classes and works for __slots__.
+    obj: Any = object.__new__(cls)
+    data, statics = iter(children), iter(aux)
+    for name, static in _fields_of(cls):
+        object.__setattr__(obj, name, next(statics) if static else next(data))
+    return obj
+
+
+def _describe_fields(cls: type, aux: tuple[Any, ...], parts: list[str]) -> str:
+    data, statics = iter(parts), iter(aux)
+    items = [f"{name}={next(statics)!r}" if static else f"{name}={next(data)}"
+             for name, static in _fields_of(cls)]
+    return f"{cls.__name__}({', '.join(items)})"
+
+
+def _flatten_dict(d: dict) -> tuple[list[Any], tuple]:
+    keys = _sorted_keys(d)
+    return [d[key] for key in keys], keys
+
+
+def _index_keys(cls: type, aux: Any, n: int) -> list[KeyEntry]:
+    return [SequenceKey(i) for i in range(n)]
+
+
+def _describe_custom(cls: type, aux: Any, parts: list[str]) -> str:
+    shown_aux = "" if aux is None else f"[{aux!r}]"
+    return f"{cls.__name__}{shown_aux}({', '.join(parts)})"
+
+
+_TUPLE = _NodeKind(
+    lambda t: (t, None), lambda cls, aux, ch: tuple(ch), _index_keys,
+    lambda cls, aux, parts: f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})")
+_LIST = _NodeKind(
+    lambda xs: (xs, None), lambda cls, aux, ch: list(ch), _index_keys,
+    lambda cls, aux, parts: f"[{', '.join(parts)}]")
+_DICT = _NodeKind(
+    _flatten_dict,
+    lambda cls, aux, ch: dict(zip(aux, ch)),
+    lambda cls, aux, n: [DictKey(k) for k in aux],
+    lambda cls, aux, parts: "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(aux, parts)) + "}")
+_ORDERED_DICT = _NodeKind(
+    lambda d: (list(d.values()), tuple(d)),
+    lambda cls, aux, ch: collections.OrderedDict(zip(aux, ch)),
+    lambda cls, aux, n: [DictKey(k) for k in aux],
+    lambda cls, aux, parts: "OrderedDict({" + ", ".join(f"{k!r}: {p}" for k, p in zip(aux, parts)) + "})")
+_NONE = _NodeKind(lambda _: ((), None), lambda cls, aux, ch: None, _index_keys, lambda *_: "None")
+_NAMEDTUPLE = _NodeKind(
+    lambda t: (t, None), lambda cls, aux, ch: cls(*ch),
+    lambda cls, aux, n: [GetAttrKey(name) for name in cls._fields],
+    lambda cls, aux, parts: f"{cls.__name__}({', '.join(f'{n}={p}' for n, p in zip(cls._fields, parts))})")
+_FIELDS = _NodeKind(
+    _flatten_fields, _unflatten_fields,
+    lambda cls, aux, n: [GetAttrKey(name) for name, static in _fields_of(cls) if not static],
+    _describe_fields)
+_STATIC = _NodeKind(lambda obj: ((), obj), lambda cls, aux, ch: aux, _index_keys,
+                    lambda cls, aux, parts: repr(aux))
+_HOOK = _NodeKind(lambda obj: obj.__funcgrad_flatten__(),
+                  lambda cls, aux, ch: cls.__funcgrad_unflatten__(aux, ch), _index_keys, _describe_custom)
+
+_registry: dict[type, _NodeKind] = {
+    tuple: _TUPLE, list: _LIST, dict: _DICT, collections.OrderedDict: _ORDERED_DICT, type(None): _NONE,
+}
+_kind_cache: dict[type, _NodeKind | None] = {}   # type -> kind, or None for a leaf type
+
+
+def _find_kind(cls: type) -> _NodeKind | None:
+    if cls in _registry:
+        return _registry[cls]
+    if hasattr(cls, "__funcgrad_flatten__"):
+        return _HOOK
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return _NAMEDTUPLE
+    if dataclasses.is_dataclass(cls) or attrs.has(cls):
+        return _FIELDS
+    return None
+
+
+def _kind_of(cls: type) -> _NodeKind | None:
+    try:
+        return _kind_cache[cls]
+    except KeyError:
+        kind = _kind_cache[cls] = _find_kind(cls)
+        return kind
+
+
+def _add_kind(cls: type, kind: _NodeKind) -> None:
+    if cls in _registry:
+        raise ValueError(f"{cls.__qualname__} is already registered as a pytree node; register each "
+                         "class once, next to its definition.")
+    _registry[cls] = kind
+    _kind_cache.pop(cls, None)
+
+
+def register(cls: type, flatten_fn: Callable[[Any], tuple[Iterable[Any], Hashable]],
+             unflatten_fn: Callable[[Any, tuple[Any, ...]], Any]) -> None:
+    """Make instances of `cls` pytree nodes. `flatten_fn(obj) -> (children, aux)`, where `aux` is
+    hashable and goes into the TreeDef; `unflatten_fn(aux, children) -> obj`.
+
+    >>> register(Pair, lambda p: ((p.a, p.b), None), lambda aux, ch: Pair(*ch))
+    """
+    rebuild = lambda cls, aux, children: unflatten_fn(aux, children)
+    _add_kind(cls, _NodeKind(flatten_fn, rebuild, _index_keys, _describe_custom))
+
+
+def register_static(cls: T) -> T:
+    """Make instances of `cls` leaf-less nodes kept whole in the TreeDef (so they must be hashable);
+    transforms then treat them as constants. Usable as a class decorator."""
+    _add_kind(cls, _STATIC)
+    return cls
+
+
+# --- TreeDef ---
+
+class TreeDef:
+    """The structure of a pytree without its leaves: immutable, hashable, compared structurally.
+
+    >>> structure({'a': 1, 'b': (2, None)})
+    PyTreeDef({'a': *, 'b': (*, None)})
+    """
+
+    __slots__ = ("node_type", "node_data", "_children", "_kind", "num_leaves", "num_nodes", "_hash")
+    node_type: type | None        # None for a leaf
+    node_data: Any                # the node's aux data: dict keys, static fields, ...
+    num_leaves: int
+    num_nodes: int                # nodes including leaves, as in JAX
+    _children: tuple[TreeDef, ...]
+    _kind: _NodeKind | None       # how to rebuild; not part of equality (node_type decides it)
+    _hash: int                    # precomputed: TreeDefs are hashed on every jit call
+
+    def __init__(self, kind: _NodeKind | None, node_type: type | None, node_data: Any,
+                 children: tuple[TreeDef, ...]) -> None:
+        try:
+            node_hash = hash((node_type, node_data, children))
+        except TypeError:
+            raise TypeError(
+                f"a {getattr(node_type, '__qualname__', node_type)} node carries unhashable data "
+                f"{node_data!r}; static fields, register_static instances and custom aux data become "
+                "part of the TreeDef, which is a jit cache key, so they must be hashable (use a tuple, "
+                "not a list).") from None
+        set_ = functools.partial(object.__setattr__, self)
+        set_("node_type", node_type)
+        set_("node_data", node_data)
+        set_("_children", children)
+        set_("_kind", kind)
+        set_("num_leaves", 1 if node_type is None else sum(c.num_leaves for c in children))
+        set_("num_nodes", 1 + sum(c.num_nodes for c in children))
+        set_("_hash", node_hash)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("TreeDef is immutable")
+
+    def __copy__(self) -> TreeDef:
+        return self  # immutable, so sharing is the same as copying
+
+    def __deepcopy__(self, memo: dict) -> TreeDef:
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, TreeDef):
+            return NotImplemented
+        return (self._hash == other._hash and self.node_type is other.node_type
+                and self.node_data == other.node_data and self._children == other._children)
+
+    def children(self) -> list[TreeDef]:
+        """TreeDefs of this node's direct children."""
+        return list(self._children)
+
+    def unflatten(self, leaves: Iterable[Any]) -> PyTree:
+        """Build a tree of this structure from `leaves`, in flatten order."""
+        leaves = list(leaves)
+        if len(leaves) != self.num_leaves:
+            raise ValueError(f"unflatten: {self} has {self.num_leaves} leaves but {len(leaves)} "
+                             "leaves were given.")
+        return self._build(iter(leaves))
+
+    def _build(self, leaves: Iterator[Any]) -> PyTree:
+        if self._kind is None:
+            return next(leaves)
+        children = tuple([child._build(leaves) for child in self._children])
+        return self._kind.unflatten(self.node_type, self.node_data, children)
+
+    def _describe(self) -> str:
+        if self._kind is None:
+            return "*"
+        parts = [child._describe() for child in self._children]
+        return self._kind.describe(self.node_type, self.node_data, parts)
+
+    def _paths(self, prefix: KeyPath, out: list[KeyPath]) -> None:
+        if self._kind is None:
+            out.append(prefix)
+            return
+        keys = self._kind.child_keys(self.node_type, self.node_data, len(self._children))
+        for key, child in zip(keys, self._children):
+            child._paths(prefix + (key,), out)
+
+    def __repr__(self) -> str:
+        return f"PyTreeDef({self._describe()})"
+
+
+_LEAF = TreeDef(None, None, None, ())
+
+
+# --- public functions ---
+
+def _flatten_into(tree: PyTree, is_leaf: IsLeaf, leaves: list[Any]) -> TreeDef:
+    kind = None if is_leaf is not None and is_leaf(tree) else _kind_of(type(tree))
+    if kind is None:
+        leaves.append(tree)
+        return _LEAF
+    children, aux = kind.flatten(tree)
+    return TreeDef(kind, type(tree), aux, tuple([_flatten_into(c, is_leaf, leaves) for c in children]))
+
+
+def flatten(tree: PyTree, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeDef]:
+    """Leaves of `tree` in a fixed order, and its structure. `is_leaf(x)` True stops descent at x.
+
+    >>> flatten({'b': [2, 3], 'a': 1})
+    ([1, 2, 3], PyTreeDef({'a': *, 'b': [*, *]}))
+    """
+    leaves_out: list[Any] = []
+    treedef = _flatten_into(tree, is_leaf, leaves_out)
+    return leaves_out, treedef
+
+
+def unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> PyTree:
+    """Inverse of `flatten`: `unflatten(structure((1, [2])), 'xy') == ('x', ['y'])`."""
+    return treedef.unflatten(leaves)
+
+
+def leaves(tree: PyTree, is_leaf: IsLeaf = None) -> list[Any]:
+    """Just the leaves: `leaves({'a': 1, 'b': (2, None)}) == [1, 2]`."""
+    return flatten(tree, is_leaf)[0]
+
+
+def structure(tree: PyTree, is_leaf: IsLeaf = None) -> TreeDef:
+    """Just the TreeDef: `structure((1, [2])) == structure((7, [8]))`."""
+    return flatten(tree, is_leaf)[1]
+
+
+def map(fn: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: IsLeaf = None) -> PyTree:
+    """Apply `fn` leafwise across trees of identical structure, keeping that structure.
+
+    >>> map(lambda x, y: x + y, {'a': 1, 'b': 2}, {'a': 10, 'b': 20})
+    {'a': 11, 'b': 22}
+    """
+    first_leaves, treedef = flatten(tree, is_leaf)
+    all_leaves = [first_leaves]
+    for position, other in enumerate(rest, start=2):
+        other_leaves, other_def = flatten(other, is_leaf)
+        if other_def != treedef:
+            raise ValueError(f"map: tree {position} has a different structure from tree 1; all trees "
+                             f"must match exactly.\n  tree 1: {treedef}\n  tree {position}: {other_def}")
+        all_leaves.append(other_leaves)
+    return treedef.unflatten([fn(*args) for args in zip(*all_leaves)])
+
+
+def flatten_with_path(tree: PyTree, is_leaf: IsLeaf = None) -> list[tuple[KeyPath, Any]]:
+    """Each leaf with the path that reaches it, in flatten order.
+
+    >>> [(keystr(p), x) for p, x in flatten_with_path({'params': [Linear(weight=1)]})]
+    [("['params'][0].weight", 1)]
+    """
+    leaves_out, treedef = flatten(tree, is_leaf)
+    paths: list[KeyPath] = []
+    treedef._paths((), paths)
+    return list(zip(paths, leaves_out))
