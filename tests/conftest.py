@@ -1,0 +1,70 @@
+"""Shared test helpers.
+
+``check_both_modes(fn, *args)`` runs ``fn`` eagerly (lazy Tensors, realized at the end) and as a
+traced IR evaluated by the reference interpreter, and returns both results as NumPy arrays, so
+every forward test also proves the function traces. ``assert_close`` compares against a NumPy
+float64 reference with tolerances fit for the result's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+from funcgrad.ir.core import typecheck
+from funcgrad.ir.interpreter import eval_ir
+
+TOLERANCES = {  # (rtol, atol) per result dtype, for values computed in that dtype
+    "float64": (1e-12, 1e-12),
+    "float32": (2e-5, 1e-6),
+    "float16": (2e-3, 1e-3),
+    "bfloat16": (2e-2, 1e-2),
+}
+
+
+def to_numpy(value: Any) -> Any:
+    if isinstance(value, fg.Tensor):
+        return value.numpy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_numpy(v) for v in value)
+    return value
+
+
+def run_traced(fn: Any, *args: Any) -> Any:
+    """Trace ``fn`` with make_ir, typecheck the IR, evaluate it with the interpreter."""
+    ir = fg.make_ir(fn)(*args)
+    typecheck(ir)
+    leaves = fg.tree.leaves(args)
+    values = [np.asarray(leaf) if not isinstance(leaf, fg.Tensor) else leaf.numpy() for leaf in leaves]
+    flat_inputs = [np.asarray(v, dtype=var.aval.dtype) for v, var in zip(values, ir.in_vars)]
+    consts = [c.numpy() if isinstance(c, fg.Tensor) else np.asarray(c) for c in ir.consts]
+    outs = eval_ir(ir, flat_inputs, consts)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def check_both_modes(fn: Any, *args: Any) -> tuple[Any, Any]:
+    """(eager result, traced result), both as NumPy; asserts they agree exactly in dtype and shape."""
+    eager = to_numpy(fn(*args))
+    traced = run_traced(fn, *args)
+    if isinstance(eager, np.ndarray):
+        assert eager.dtype == np.asarray(traced).dtype, (eager.dtype, np.asarray(traced).dtype)
+        assert eager.shape == np.asarray(traced).shape
+    return eager, traced
+
+
+def assert_close(actual: Any, expected: Any, dtype: Any = None, rtol: float | None = None,
+                 atol: float | None = None) -> None:
+    actual = np.asarray(actual)
+    dtype = np.dtype(dtype) if dtype is not None else actual.dtype
+    default_rtol, default_atol = TOLERANCES.get(dtype.name, (0, 0))
+    np.testing.assert_allclose(actual.astype(np.float64) if actual.dtype.kind == "V" else actual,
+                               np.asarray(expected), rtol=default_rtol if rtol is None else rtol,
+                               atol=default_atol if atol is None else atol, equal_nan=True)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
