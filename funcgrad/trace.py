@@ -45,11 +45,14 @@ def _default_dtype(dtype: np.dtype) -> np.dtype:
             dtypes.uint64: dtypes.uint32}.get(np.dtype(dtype), dtypes.canonicalize(dtype))
 
 
-def as_output(value: Any) -> Tensor:
-    """A function's output leaf as a Tensor (scalars and NumPy arrays are accepted, as JAX does)."""
-    if isinstance(value, Tensor):
+def as_output(value: Any) -> Tensor | np.generic:
+    """A function's output leaf as a Tensor, or a NumPy scalar for Python scalars (which the IR
+    holds as literal outputs). NumPy arrays are accepted, as JAX does."""
+    if isinstance(value, (Tensor, np.generic)):
         return value
-    if isinstance(value, (np.ndarray, *_SCALARS)):
+    if isinstance(value, (bool, int, float)):
+        return np.asarray(value, dtypes.python_scalar_dtype(value))[()]
+    if isinstance(value, np.ndarray):
         return Tensor(value)
     raise TypeError(f"a traced function returned a {type(value).__name__}; outputs must be pytrees "
                     "whose leaves are arrays or scalars")

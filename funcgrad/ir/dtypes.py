@@ -140,13 +140,13 @@ def result_type(*dtypes_and_weak: tuple[np.dtype, bool]) -> tuple[np.dtype, bool
     node = _lattice_node(*dtypes_and_weak[0])
     for dtype, weak in dtypes_and_weak[1:]:
         node = _join(node, _lattice_node(dtype, weak))
-    all_weak = all(weak for _, weak in dtypes_and_weak)
+    # the result is weakly typed exactly when the join is one of the weak nodes
     if node == _WEAK_INT:
         # i* stands for "the other operand's integer width": pick the widest concrete int seen
-        return max((d for d, _ in dtypes_and_weak if is_int(d)), key=lambda d: d.itemsize), all_weak
+        return max((d for d, _ in dtypes_and_weak if is_int(d)), key=lambda d: d.itemsize), True
     if node == _WEAK_FLOAT:
         floats = [d for d, _ in dtypes_and_weak if is_float(d)]
-        return (max(floats, key=lambda d: d.itemsize) if floats else default_float), all_weak
+        return (max(floats, key=lambda d: d.itemsize) if floats else default_float), True
     return node, False
 
 

@@ -49,7 +49,14 @@ class Primitive:
         return self.name
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickle by name so IRs can be cached on disk
-        return (REGISTRY.__getitem__, (self.name,))
+        return (lookup, (self.name,))
+
+
+def lookup(name: str) -> Primitive:
+    """The registered primitive called ``name``."""
+    if name not in REGISTRY:
+        raise KeyError(f"no primitive named {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
 
 
 # --- helpers for the rules ---------------------------------------------------------------------

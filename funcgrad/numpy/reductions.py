@@ -79,7 +79,7 @@ def _check_nonempty(name: str, x: Tensor, axis: Axis) -> None:
     axes = normalize_axes(axis, x.ndim)
     if builtins.any(x.shape[a] == 0 for a in axes):
         raise ValueError(f"{name} of an empty axis has no identity (shape {x.shape}, axis {axis}); "
-                         "pass initial= or use where=")
+                         "reduce over non-empty axes only")
 
 
 def max(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001

@@ -1,0 +1,96 @@
+"""Every primitive has a shape rule and a NumPy reference implementation that agree.
+
+Each primitive needs a sample invocation below; adding a primitive without one fails
+``test_every_primitive_has_a_sample``. Later issues extend the walk to jvp, transpose, batching and
+lowering rules.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from funcgrad.ir import dtypes
+from funcgrad.ir.core import ShapedArray
+from funcgrad.ir.primitives import REGISTRY, Primitive
+
+f32 = np.array([[0.5, -1.5, 2.0], [0.25, 3.0, -0.75]], np.float32)
+positive = np.abs(f32) + 0.5
+unit = np.clip(f32 / 4, -0.9, 0.9)
+i32 = np.array([[3, -7, 2], [0, 5, -1]], np.int32)
+u32 = np.array([1, 2, 3], np.uint32)
+boolean = np.array([[True, False, True], [False, False, True]])
+
+_UNARY_FLOAT = ["exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
+                "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf", "floor",
+                "ceil", "round", "is_finite", "neg", "abs", "sign"]
+_BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "eq", "ne", "lt", "le", "gt", "ge"]
+
+SAMPLES: dict[str, tuple[tuple, dict]] = {name: ((positive,), {}) for name in _UNARY_FLOAT}
+SAMPLES.update({"asin": ((unit,), {}), "acos": ((unit,), {}), "atanh": ((unit,), {}),
+                "acosh": ((positive + 1,), {})})
+SAMPLES.update({name: ((f32, positive), {}) for name in _BINARY})
+SAMPLES.update({
+    "not": ((boolean,), {}),
+    "and": ((i32, i32), {}), "or": ((boolean, boolean), {}), "xor": ((i32, i32), {}),
+    "shift_left": ((u32, np.uint32(3)), {}), "shift_right": ((i32, np.full_like(i32, 1)), {}),
+    "select": ((boolean, f32, positive), {}),
+    "convert_element_type": ((f32,), {"new_dtype": dtypes.int32}),
+    "bitcast_convert_type": ((f32,), {"new_dtype": dtypes.uint32}),
+    "reduce_sum": ((f32,), {"axes": (1,)}), "reduce_prod": ((f32,), {"axes": (0, 1)}),
+    "reduce_max": ((f32,), {"axes": (0,)}), "reduce_min": ((i32,), {"axes": (1,)}),
+    "argmax": ((f32,), {"axis": 1, "index_dtype": dtypes.int32}),
+    "argmin": ((f32,), {"axis": 0, "index_dtype": dtypes.int32}),
+    "cumsum": ((f32,), {"axis": 1, "reverse": False}), "cumprod": ((f32,), {"axis": 0, "reverse": True}),
+    "cummax": ((i32,), {"axis": 1, "reverse": False}), "cummin": ((f32,), {"axis": 1, "reverse": True}),
+    "reshape": ((f32,), {"new_sizes": (3, 2)}),
+    "broadcast_in_dim": ((f32[0],), {"shape": (4, 3), "broadcast_dimensions": (1,)}),
+    "transpose": ((f32,), {"permutation": (1, 0)}),
+    "pad": ((f32, np.float32(0)), {"low": (1, 0), "high": (0, 2)}),
+    "slice": ((f32,), {"start": (0, 1), "limit": (2, 3), "strides": (1, 2)}),
+    "flip": ((f32,), {"axes": (1,)}),
+    "concatenate": ((f32, positive), {"axis": 0}),
+    "dynamic_slice": ((f32, np.int32(1), np.int32(5)), {"slice_sizes": (1, 2)}),
+    "dynamic_update_slice": ((f32, np.ones((1, 2), np.float32), np.int32(0), np.int32(1)), {}),
+    "gather": ((f32, np.array([[1, 2], [0, 0]], np.int32)), {"axes": (0, 1)}),
+    "scatter": ((f32, np.array([[1], [0]], np.int32), np.ones((2, 3), np.float32)), {"axes": (0,), "mode": "add"}),
+    "iota": ((), {"dtype": dtypes.int32, "shape": (2, 3), "dimension": 1}),
+    "dot_general": ((f32, positive), {"contracting": ((1,), (1,)), "batch": ((), ())}),
+    "sort": ((f32, i32), {"dimension": 1, "num_keys": 1, "descending": False}),
+    "threefry2x32": ((np.uint32(1), np.uint32(2), u32, u32), {}),
+})
+
+
+def test_every_primitive_has_a_sample():
+    assert set(SAMPLES) == set(REGISTRY), (
+        f"primitives without a sample: {sorted(set(REGISTRY) - set(SAMPLES))}; "
+        f"samples without a primitive: {sorted(set(SAMPLES) - set(REGISTRY))}")
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_shape_rule_and_reference_impl_agree(name):
+    primitive = REGISTRY[name]
+    assert isinstance(primitive, Primitive) and primitive.name == name
+    assert callable(primitive.shape_rule) and callable(primitive.impl)
+    operands, params = SAMPLES[name]
+    avals = [ShapedArray(np.shape(x), np.asarray(x).dtype) for x in operands]
+    expected = primitive.abstract_eval(*avals, **params)
+    expected = expected if primitive.multiple_results else (expected,)
+    with np.errstate(all="ignore"):
+        results = primitive.impl(*operands, **params)
+    results = results if primitive.multiple_results else (results,)
+    assert len(results) == len(expected)
+    for result, aval in zip(results, expected):
+        result = np.asarray(result)
+        assert (result.shape, result.dtype) == (aval.shape, aval.dtype)
+
+
+def test_primitives_pickle_by_name():
+    import pickle
+    for primitive in REGISTRY.values():
+        assert pickle.loads(pickle.dumps(primitive)) is primitive
+
+
+def test_registering_a_duplicate_name_fails():
+    with pytest.raises(ValueError, match="already registered"):
+        Primitive("add", lambda x: x, lambda x: x)
