@@ -173,7 +173,8 @@ erf_p = _unary("erf", _compute_in_f32(_erf), "f")
 floor_p = _unary("floor", _compute_in_f32(np.floor), "f")
 ceil_p = _unary("ceil", _compute_in_f32(np.ceil), "f")
 round_p = _unary("round", _compute_in_f32(np.rint), "f")  # half to even, as NumPy and the Array API
-is_finite_p = _unary("is_finite", _compute_in_f32(np.isfinite), "f", out_dtype=dtypes.bool_)
+is_finite_p = _unary("is_finite", lambda x: np.isfinite(np.asarray(x, np.float32) if np.asarray(x).dtype
+                                                        in _LOW_PRECISION else x), "f", out_dtype=dtypes.bool_)
 not_p = _unary("not", np.invert, "bi")  # logical for bool, bitwise for integers
 
 # --- elementwise: binary -----------------------------------------------------------------------

@@ -1,165 +1,331 @@
-"""Elementwise functions of the Array API standard (2023.12), built on the elementwise primitives.
+"""Elementwise functions of the Array API standard (2023.12), plus the common NumPy extras.
 
-Functions that are not primitives are compositions written here (``hypot``, ``logaddexp``,
-``floor_divide``, ...), so differentiation and batching need no extra rules. Transcendental
-functions promote bool and integer inputs to the default float, as JAX does.
+Each function promotes its operands (JAX's lattice, Python scalars weakly typed), broadcasts them
+and binds one elementwise primitive through ``apply_elementwise``. Functions that are not
+primitives are compositions written here (``hypot``, ``logaddexp``, ``floor_divide``, ...), so
+differentiation and batching need no extra rules. Transcendental functions promote bool and
+integer inputs to the default float (float32), as JAX does; float16 and bfloat16 stay as they are.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
-from funcgrad.numpy.conversion import ArrayLike, apply_elementwise, asarray, astype
+from funcgrad.numpy.conversion import (
+    ArrayLike, apply_elementwise, asarray, astype, broadcast_shapes, broadcast_to, promote, result_type,
+)
 from funcgrad.tensor import Tensor, bind
 
+# --- helpers -----------------------------------------------------------------------------------
 
-def _float_unary(primitive: P.Primitive, doc: str):  # type: ignore[no-untyped-def]
+
+def _float_unary(primitive: P.Primitive, name: str, doc: str) -> Callable[[ArrayLike], Tensor]:
     def fn(x: ArrayLike, /) -> Tensor:
         return apply_elementwise(primitive, x, to_float=True)
-    fn.__name__ = fn.__qualname__ = primitive.name
+    fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
     return fn
 
 
-exp = _float_unary(P.exp_p, "e**x, elementwise.")
-exp2 = _float_unary(P.exp2_p, "2**x, elementwise.")
-expm1 = _float_unary(P.expm1_p, "exp(x) - 1, accurate near 0.")
-log = _float_unary(P.log_p, "Natural logarithm.")
-log2 = _float_unary(P.log2_p, "Base-2 logarithm.")
-log1p = _float_unary(P.log1p_p, "log(1 + x), accurate near 0.")
-sin = _float_unary(P.sin_p, "Sine.")
-cos = _float_unary(P.cos_p, "Cosine.")
-tan = _float_unary(P.tan_p, "Tangent.")
-asin = arcsin = _float_unary(P.asin_p, "Inverse sine.")
-acos = arccos = _float_unary(P.acos_p, "Inverse cosine.")
-atan = arctan = _float_unary(P.atan_p, "Inverse tangent.")
-sinh = _float_unary(P.sinh_p, "Hyperbolic sine.")
-cosh = _float_unary(P.cosh_p, "Hyperbolic cosine.")
-tanh = _float_unary(P.tanh_p, "Hyperbolic tangent.")
-asinh = arcsinh = _float_unary(P.asinh_p, "Inverse hyperbolic sine.")
-acosh = arccosh = _float_unary(P.acosh_p, "Inverse hyperbolic cosine.")
-atanh = arctanh = _float_unary(P.atanh_p, "Inverse hyperbolic tangent.")
-sqrt = _float_unary(P.sqrt_p, "Square root.")
-rsqrt = _float_unary(P.rsqrt_p, "1 / sqrt(x).")
-erf = _float_unary(P.erf_p, "The error function.")
-sigmoid = _float_unary(P.logistic_p, "The logistic function 1 / (1 + exp(-x)), stable for large |x|.")
+def _inexact(*args: ArrayLike) -> tuple[list[Tensor], bool]:
+    """Promote ``args`` to one floating dtype (bool/int -> float32) as Tensors; returns (tensors, weak)."""
+    values, dtype, weak = promote(*args)
+    target = dtype if dtypes.is_float(dtype) else dtypes.default_float
+    tensors = [astype(v, target) if isinstance(v, Tensor) else asarray(np.asarray(v).astype(target)[()])
+               for v in values]
+    return tensors, weak
+
+
+def _weak(out: Tensor, weak: bool) -> Tensor:
+    out._weak = weak
+    return out
+
+
+def _reject_bool(name: str, dtype: np.dtype) -> None:
+    if dtypes.is_bool(dtype):
+        raise TypeError(f"{name} is not defined for bool arrays")
+
+
+# --- unary: transcendental (always floating) ---------------------------------------------------
+
+exp = _float_unary(P.exp_p, "exp", "e**x, elementwise. >>> exp(0.0).item()  # 1.0")
+exp2 = _float_unary(P.exp2_p, "exp2", "2**x, elementwise.")
+expm1 = _float_unary(P.expm1_p, "expm1", "exp(x) - 1, accurate near 0.")
+log = _float_unary(P.log_p, "log", "Natural logarithm (log(0) = -inf, log(-1) = nan).")
+log2 = _float_unary(P.log2_p, "log2", "Base-2 logarithm.")
+log1p = _float_unary(P.log1p_p, "log1p", "log(1 + x), accurate near 0.")
+sin = _float_unary(P.sin_p, "sin", "Sine (radians).")
+cos = _float_unary(P.cos_p, "cos", "Cosine (radians).")
+tan = _float_unary(P.tan_p, "tan", "Tangent (radians).")
+asin = arcsin = _float_unary(P.asin_p, "asin", "Inverse sine.")
+acos = arccos = _float_unary(P.acos_p, "acos", "Inverse cosine.")
+atan = arctan = _float_unary(P.atan_p, "atan", "Inverse tangent.")
+sinh = _float_unary(P.sinh_p, "sinh", "Hyperbolic sine.")
+cosh = _float_unary(P.cosh_p, "cosh", "Hyperbolic cosine.")
+tanh = _float_unary(P.tanh_p, "tanh", "Hyperbolic tangent.")
+asinh = arcsinh = _float_unary(P.asinh_p, "asinh", "Inverse hyperbolic sine.")
+acosh = arccosh = _float_unary(P.acosh_p, "acosh", "Inverse hyperbolic cosine.")
+atanh = arctanh = _float_unary(P.atanh_p, "atanh", "Inverse hyperbolic tangent.")
+sqrt = _float_unary(P.sqrt_p, "sqrt", "Square root. >>> sqrt(4.0).item()  # 2.0")
+rsqrt = _float_unary(P.rsqrt_p, "rsqrt", "1 / sqrt(x).")
+erf = _float_unary(P.erf_p, "erf", "The error function.")
+sigmoid = _float_unary(P.logistic_p, "sigmoid",
+                       "The logistic function 1 / (1 + exp(-x)), stable for large |x|.")
 
 
 def log10(x: ArrayLike, /) -> Tensor:
-    """Base-10 logarithm."""
-    return multiply(log(x), 1 / np.log(10))
+    """Base-10 logarithm. >>> log10(100.0).item()  # 2.0"""
+    return multiply(log(x), 1 / math.log(10))  # a Python float: weak, so float16 stays float16
 
 
-def _rounding(primitive: P.Primitive):  # type: ignore[no-untyped-def]
+def cbrt(x: ArrayLike, /) -> Tensor:
+    """Cube root, real for negative inputs: cbrt(-8.0) is -2.0."""
+    (x,), weak = _inexact(x)
+    return _weak(multiply(sign(x), pow(abs(x), 1 / 3)), weak)
+
+
+def deg2rad(x: ArrayLike, /) -> Tensor:
+    """Degrees to radians."""
+    (x,), weak = _inexact(x)
+    return _weak(multiply(x, math.pi / 180), weak)
+
+
+def rad2deg(x: ArrayLike, /) -> Tensor:
+    """Radians to degrees."""
+    (x,), weak = _inexact(x)
+    return _weak(multiply(x, 180 / math.pi), weak)
+
+
+radians, degrees = deg2rad, rad2deg
+
+# --- unary: rounding, sign, magnitude ----------------------------------------------------------
+
+
+def _rounding(primitive: P.Primitive, name: str, doc: str) -> Callable[[ArrayLike], Tensor]:
     def fn(x: ArrayLike, /) -> Tensor:
         x = asarray(x)
         return x if not dtypes.is_float(x.dtype) else apply_elementwise(primitive, x)
-    fn.__name__ = fn.__qualname__ = primitive.name
-    fn.__doc__ = f"{primitive.name.capitalize()} of each element; integers are returned unchanged."
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
     return fn
 
 
-floor = _rounding(P.floor_p)
-ceil = _rounding(P.ceil_p)
-round = _rounding(P.round_p)  # noqa: A001 - the Array API name
+floor = _rounding(P.floor_p, "floor", "Largest integer <= x; bool and integer inputs are returned unchanged.")
+ceil = _rounding(P.ceil_p, "ceil", "Smallest integer >= x; bool and integer inputs are returned unchanged.")
+_rint = _rounding(P.round_p, "round", "")
+
+
+def round(x: ArrayLike, /, decimals: int = 0) -> Tensor:  # noqa: A001 - the Array API name
+    """Round half to even (as NumPy and the Array API); ``decimals`` rounds to that many digits.
+
+    >>> round(asarray([0.5, 1.5, 2.5])).tolist()
+    [0.0, 2.0, 2.0]
+    """
+    x = asarray(x)
+    if not dtypes.is_float(x.dtype):
+        if decimals < 0:
+            raise NotImplementedError("round of integers with decimals < 0 is not implemented (nor in JAX)")
+        return x
+    if decimals == 0:
+        return _rint(x)
+    factor = 10.0 ** decimals
+    return divide(_rint(multiply(x, factor)), factor)
+
+
+around = round
 
 
 def trunc(x: ArrayLike, /) -> Tensor:
-    """Round toward zero; integers are returned unchanged."""
+    """Round toward zero; bool and integer inputs are returned unchanged."""
     x = asarray(x)
     return x if not dtypes.is_float(x.dtype) else where(less(x, 0), ceil(x), floor(x))
 
 
+fix = trunc
+
+
 def negative(x: ArrayLike, /) -> Tensor:
+    """-x. Not defined for bool (use logical_not); unsigned integers wrap around."""
     x = asarray(x)
-    if dtypes.is_bool(x.dtype):
-        raise TypeError("negative is not defined for bool arrays; use logical_not")
+    _reject_bool("negative", x.dtype)
     return apply_elementwise(P.neg_p, x)
 
 
 def positive(x: ArrayLike, /) -> Tensor:
+    """+x, i.e. x itself (not defined for bool)."""
     x = asarray(x)
-    if dtypes.is_bool(x.dtype):
-        raise TypeError("positive is not defined for bool arrays")
+    _reject_bool("positive", x.dtype)
     return x
 
 
-def abs(x: ArrayLike, /) -> Tensor:  # noqa: A001
+def abs(x: ArrayLike, /) -> Tensor:  # noqa: A001 - the Array API name
+    """|x|; bool and unsigned inputs are returned unchanged (as in JAX). abs(int8 -128) wraps."""
     x = asarray(x)
     if dtypes.is_bool(x.dtype) or dtypes.is_unsigned(x.dtype):
         return x
     return apply_elementwise(P.abs_p, x)
 
 
+absolute = abs
+
+
+def fabs(x: ArrayLike, /) -> Tensor:
+    """|x| as a float (NumPy's ``fabs``)."""
+    (x,), weak = _inexact(x)
+    return _weak(abs(x), weak)
+
+
 def sign(x: ArrayLike, /) -> Tensor:
+    """-1, 0 or 1 with the sign of x (NaN stays NaN); not defined for bool."""
     x = asarray(x)
-    if dtypes.is_bool(x.dtype):
-        raise TypeError("sign is not defined for bool arrays")
+    _reject_bool("sign", x.dtype)
     return apply_elementwise(P.sign_p, x)
 
 
 def square(x: ArrayLike, /) -> Tensor:
+    """x * x; bool is squared as int32, as JAX does."""
+    x = asarray(x)
+    if dtypes.is_bool(x.dtype):
+        x = astype(x, dtypes.default_int)
     return multiply(x, x)
 
 
 def reciprocal(x: ArrayLike, /) -> Tensor:
+    """1 / x (integer inputs give the default float)."""
     return divide(1.0, x)
 
 
-def _no_bool(primitive: P.Primitive, x1: ArrayLike, x2: ArrayLike) -> Tensor:
-    from funcgrad.numpy.conversion import result_type
+def signbit(x: ArrayLike, /) -> Tensor:
+    """True where the sign bit is set, so -0.0 and -nan count as negative."""
+    x = asarray(x)
+    if dtypes.is_bool(x.dtype):
+        return _full_bool(x, False)
+    if not dtypes.is_float(x.dtype):
+        return less(x, 0)
+    int_dtype = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[x.dtype.itemsize]
+    return less(bind(P.bitcast_convert_type_p, x, new_dtype=int_dtype), np.zeros((), int_dtype)[()])
+
+
+def isnan(x: ArrayLike, /) -> Tensor:
+    """True where x is NaN (never for bool or integers)."""
+    x = asarray(x)
+    return not_equal(x, x) if dtypes.is_float(x.dtype) else _full_bool(x, False)
+
+
+def isinf(x: ArrayLike, /) -> Tensor:
+    """True where x is +inf or -inf."""
+    x = asarray(x)
+    return equal(abs(x), np.inf) if dtypes.is_float(x.dtype) else _full_bool(x, False)
+
+
+def isfinite(x: ArrayLike, /) -> Tensor:
+    """True where x is neither infinite nor NaN."""
+    x = asarray(x)
+    return apply_elementwise(P.is_finite_p, x) if dtypes.is_float(x.dtype) else _full_bool(x, True)
+
+
+def isposinf(x: ArrayLike, /) -> Tensor:
+    """True where x is +inf."""
+    x = asarray(x)
+    return equal(x, np.inf) if dtypes.is_float(x.dtype) else _full_bool(x, False)
+
+
+def isneginf(x: ArrayLike, /) -> Tensor:
+    """True where x is -inf."""
+    x = asarray(x)
+    return equal(x, -np.inf) if dtypes.is_float(x.dtype) else _full_bool(x, False)
+
+
+def _full_bool(like: Tensor, value: bool) -> Tensor:
+    return broadcast_to(np.bool_(value), like.shape)
+
+
+# --- binary arithmetic -------------------------------------------------------------------------
+
+
+def _arithmetic(primitive: P.Primitive, name: str, x1: ArrayLike, x2: ArrayLike) -> Tensor:
     if dtypes.is_bool(result_type(x1, x2)):
-        # NumPy and JAX treat bool + bool as logical or and bool * bool as and; keep that
+        # NumPy and JAX treat bool + bool as logical or and bool * bool as logical and
         logical = {P.add_p: P.or_p, P.mul_p: P.and_p}.get(primitive)
         if logical is None:
-            raise TypeError(f"{primitive.name} is not defined for bool arrays")
+            raise TypeError(f"{name} is not defined for bool arrays")
         return apply_elementwise(logical, x1, x2)
     return apply_elementwise(primitive, x1, x2)
 
 
 def add(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """x1 + x2 with broadcasting and JAX promotion. >>> add(asarray([1, 2]), 1.5)  # float32"""
-    return _no_bool(P.add_p, x1, x2)
+    """x1 + x2 with broadcasting and JAX promotion. >>> add(asarray([1, 2]), 1.5).dtype  # float32"""
+    return _arithmetic(P.add_p, "add", x1, x2)
 
 
 def subtract(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    return _no_bool(P.sub_p, x1, x2)
+    """x1 - x2 (not defined for bool)."""
+    return _arithmetic(P.sub_p, "subtract", x1, x2)
 
 
 def multiply(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    return _no_bool(P.mul_p, x1, x2)
+    """x1 * x2 (bool * bool is logical and)."""
+    return _arithmetic(P.mul_p, "multiply", x1, x2)
 
 
 def divide(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """True division; integer inputs give the default float (as ``/`` does in Python)."""
+    """True division; bool and integer inputs give the default float. >>> divide(1, 2).item()  # 0.5"""
     return apply_elementwise(P.div_p, x1, x2, to_float=True)
 
 
+true_divide = divide
+
+
+def _float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """NumPy's (and CPython's) float divmod: quotient floored, remainder with the divisor's sign,
+    both exact where ``floor(a / b)`` would round wrongly (``1.0 // 0.1`` is 9.0)."""
+    mod = apply_elementwise(P.rem_p, a, b)  # C fmod: exact, with the sign of a
+    div = divide(subtract(a, mod), b)
+    fix = logical_and(not_equal(mod, 0), not_equal(less(b, 0), less(mod, 0)))
+    mod = where(fix, add(mod, b), mod)
+    div = where(fix, subtract(div, 1), div)
+    mod = where(equal(mod, 0), copysign(0.0, b), mod)
+    quotient = floor(div)
+    quotient = where(greater(subtract(div, quotient), 0.5), add(quotient, 1), quotient)
+    true_quotient = divide(a, b)
+    quotient = where(equal(div, 0), copysign(0.0, true_quotient), quotient)
+    return where(equal(b, 0), true_quotient, quotient), mod
+
+
 def floor_divide(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """Division rounding toward negative infinity (Python's ``//``)."""
-    from funcgrad.numpy.conversion import promote
-    (a, b), dtype, _ = promote(x1, x2)
-    if dtypes.is_bool(dtype):
-        raise TypeError("floor_divide is not defined for bool arrays")
+    """Division rounding toward -inf (Python's ``//``); integer x // 0 gives 0.
+
+    >>> floor_divide(asarray([-7, 7]), 2).tolist()
+    [-4, 3]
+    """
+    (a, b), dtype, weak = promote(x1, x2)
+    _reject_bool("floor_divide", dtype)
     if dtypes.is_float(dtype):
-        return floor(divide(a, b))
-    quotient = apply_elementwise(P.div_p, a, b)
+        return _weak(_float_divmod(asarray(a), asarray(b))[0], weak)
+    quotient = apply_elementwise(P.div_p, a, b)  # rounds toward zero
     if dtypes.is_unsigned(dtype):
         return quotient
-    # truncation rounds toward zero: step down where the signs differ and the division is inexact
-    remainder_nonzero = not_equal(apply_elementwise(P.rem_p, a, b), 0)
+    # step down where the signs differ and the division is inexact
+    inexact = not_equal(apply_elementwise(P.rem_p, a, b), 0)
     signs_differ = not_equal(less(a, 0), less(b, 0))
-    return where(logical_and(remainder_nonzero, signs_differ), subtract(quotient, 1), quotient)
+    return where(logical_and(inexact, signs_differ), subtract(quotient, 1), quotient)
 
 
 def remainder(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """Python's ``%``: the result has the sign of the divisor."""
-    from funcgrad.numpy.conversion import promote
-    (a, b), dtype, _ = promote(x1, x2)
-    if dtypes.is_bool(dtype):
-        raise TypeError("remainder is not defined for bool arrays")
+    """Python's ``%``: the result has the sign of the divisor; integer x % 0 gives 0.
+
+    >>> remainder(asarray([-7, 7]), 3).tolist()
+    [2, 1]
+    """
+    (a, b), dtype, weak = promote(x1, x2)
+    _reject_bool("remainder", dtype)
+    if dtypes.is_float(dtype):
+        return _weak(_float_divmod(asarray(a), asarray(b))[1], weak)
     rem = apply_elementwise(P.rem_p, a, b)
     if dtypes.is_unsigned(dtype):
         return rem
@@ -167,17 +333,34 @@ def remainder(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     return where(fix, add(rem, b), rem)
 
 
+mod = remainder
+
+
+def divmod(x1: ArrayLike, x2: ArrayLike, /) -> tuple[Tensor, Tensor]:  # noqa: A001 - NumPy's name
+    """(floor_divide(x1, x2), remainder(x1, x2))."""
+    return floor_divide(x1, x2), remainder(x1, x2)
+
+
 def fmod(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     """C's fmod: the remainder has the sign of the dividend."""
-    return _no_bool(P.rem_p, x1, x2)
+    return _arithmetic(P.rem_p, "fmod", x1, x2)
 
 
-def pow(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:  # noqa: A001
-    """x1 ** x2. Integer powers of integers stay integers (negative exponents give 0, as JAX)."""
-    return _no_bool(P.pow_p, x1, x2)
+def pow(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:  # noqa: A001 - the Array API name
+    """x1 ** x2. Integer powers of integers stay integers; a negative integer exponent gives 0
+    (except for bases 1 and -1), as XLA defines it. bool operands count as int32, as in JAX."""
+    if dtypes.is_bool(result_type(x1, x2)):
+        x1, x2 = astype(x1, dtypes.default_int), astype(x2, dtypes.default_int)
+    return apply_elementwise(P.pow_p, x1, x2)
 
 
 power = pow
+
+
+def float_power(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """x1 ** x2 in floating point (float32 by default; funcgrad never silently uses float64)."""
+    (a, b), weak = _inexact(x1, x2)
+    return _weak(apply_elementwise(P.pow_p, a, b), weak)
 
 
 def maximum(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
@@ -186,10 +369,24 @@ def maximum(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
 
 
 def minimum(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """Elementwise minimum; NaN propagates."""
     return apply_elementwise(P.min_p, x1, x2)
 
 
+def fmax(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """Elementwise maximum ignoring NaN (NaN only where both are NaN)."""
+    a, b = asarray(x1), asarray(x2)
+    return where(isnan(a), b, where(isnan(b), a, maximum(a, b)))
+
+
+def fmin(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """Elementwise minimum ignoring NaN (NaN only where both are NaN)."""
+    a, b = asarray(x1), asarray(x2)
+    return where(isnan(a), b, where(isnan(b), a, minimum(a, b)))
+
+
 def atan2(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """The angle of the point (x2, x1), in [-pi, pi]."""
     return apply_elementwise(P.atan2_p, x1, x2, to_float=True)
 
 
@@ -197,88 +394,122 @@ arctan2 = atan2
 
 
 def hypot(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """sqrt(x1**2 + x2**2) without overflow for large inputs."""
-    a, b = abs(asarray(x1)), abs(asarray(x2))
+    """sqrt(x1**2 + x2**2) without overflow for large inputs; inf if either is infinite."""
+    (a, b), weak = _inexact(x1, x2)
+    a, b = abs(a), abs(b)
+    any_inf = logical_or(isinf(a), isinf(b))
     big, small = maximum(a, b), minimum(a, b)
-    safe = where(equal(big, 0), 1, big)
-    ratio = divide(small, safe)
-    return where(equal(big, 0), 0, multiply(big, sqrt(add(1, multiply(ratio, ratio)))))
+    ratio = divide(small, where(equal(big, 0), 1, big))
+    out = where(equal(big, 0), 0, multiply(big, sqrt(add(1, multiply(ratio, ratio)))))
+    return _weak(where(any_inf, np.inf, out), weak)
 
 
 def logaddexp(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     """log(exp(x1) + exp(x2)) computed stably."""
-    a, b = asarray(x1), asarray(x2)
+    (a, b), weak = _inexact(x1, x2)
     big = maximum(a, b)
     finite_big = where(isfinite(big), big, 0)
-    return add(finite_big, log(add(exp(subtract(a, finite_big)), exp(subtract(b, finite_big)))))
+    return _weak(add(finite_big, log(add(exp(subtract(a, finite_big)), exp(subtract(b, finite_big))))), weak)
+
+
+def logaddexp2(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """log2(2**x1 + 2**x2) computed stably."""
+    (a, b), weak = _inexact(x1, x2)
+    big = maximum(a, b)
+    finite_big = where(isfinite(big), big, 0)
+    return _weak(add(finite_big, log2(add(exp2(subtract(a, finite_big)), exp2(subtract(b, finite_big))))),
+                 weak)
 
 
 def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """|x1| with the sign of x2 (including the sign of -0.0)."""
-    magnitude = abs(asarray(x1))
-    return where(signbit(x2), negative(magnitude), magnitude)
+    """|x1| with the sign of x2 (including the sign of -0.0); the result is floating."""
+    (a, b), weak = _inexact(x1, x2)
+    magnitude = abs(a)
+    return _weak(where(signbit(b), negative(magnitude), magnitude), weak)
 
 
-def signbit(x: ArrayLike, /) -> Tensor:
-    """True where the sign bit is set (so -0.0 counts as negative)."""
-    x = asarray(x)
-    if not dtypes.is_float(x.dtype):
-        return less(x, 0)
-    int_dtype = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[x.dtype.itemsize]
-    return less(bind(P.bitcast_convert_type_p, x, new_dtype=int_dtype), 0)
+def heaviside(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """0 where x1 < 0, x2 where x1 == 0, 1 where x1 > 0 (NaN where x1 is NaN)."""
+    (a, b), weak = _inexact(x1, x2)
+    step = where(less(a, 0), 0, where(greater(a, 0), 1, b))
+    return _weak(where(isnan(a), np.nan, step), weak)
 
 
-def _comparison(primitive: P.Primitive):  # type: ignore[no-untyped-def]
+def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """The next representable float after x1 toward x2."""
+    (a, b), weak = _inexact(x1, x2)
+    int_dtype = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[a.dtype.itemsize]
+    bits = bind(P.bitcast_convert_type_p, a, new_dtype=int_dtype)
+    toward_larger_magnitude = equal(greater(b, a), greater_equal(a, 0))
+    stepped = where(toward_larger_magnitude, add(bits, 1), subtract(bits, 1))
+    result = bind(P.bitcast_convert_type_p, stepped, new_dtype=a.dtype)
+    smallest = bind(P.bitcast_convert_type_p, asarray(1, int_dtype), new_dtype=a.dtype)  # least subnormal
+    result = where(equal(a, 0), where(greater(b, a), smallest, negative(smallest)), result)
+    return _weak(where(logical_or(isnan(a), isnan(b)), np.nan, where(equal(a, b), b, result)), weak)
+
+
+# --- comparisons -------------------------------------------------------------------------------
+
+
+def _comparison(primitive: P.Primitive, name: str, symbol: str) -> Callable[[ArrayLike, ArrayLike], Tensor]:
     def fn(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
         return apply_elementwise(primitive, x1, x2, keep_weak=False)
-    fn.__name__ = fn.__qualname__ = primitive.name
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"x1 {symbol} x2 elementwise, after promotion; a bool array. NaN compares unequal."
     return fn
 
 
-equal = _comparison(P.eq_p)
-not_equal = _comparison(P.ne_p)
-less = _comparison(P.lt_p)
-less_equal = _comparison(P.le_p)
-greater = _comparison(P.gt_p)
-greater_equal = _comparison(P.ge_p)
+equal = _comparison(P.eq_p, "equal", "==")
+not_equal = _comparison(P.ne_p, "not_equal", "!=")
+less = _comparison(P.lt_p, "less", "<")
+less_equal = _comparison(P.le_p, "less_equal", "<=")
+greater = _comparison(P.gt_p, "greater", ">")
+greater_equal = _comparison(P.ge_p, "greater_equal", ">=")
 
 
-def isnan(x: ArrayLike, /) -> Tensor:
-    x = asarray(x)
-    return not_equal(x, x) if dtypes.is_float(x.dtype) else _full_bool(x, False)
+def isclose(a: ArrayLike, b: ArrayLike, rtol: float = 1e-05, atol: float = 1e-08,
+            equal_nan: bool = False) -> Tensor:
+    """|a - b| <= atol + rtol * |b| elementwise (NumPy's ``isclose``); infinities must match."""
+    (x, y), _ = _inexact(a, b)
+    finite_close = less_equal(abs(subtract(x, y)), add(atol, multiply(rtol, abs(y))))
+    close = where(logical_or(isinf(x), isinf(y)), equal(x, y), finite_close)
+    if equal_nan:
+        close = logical_or(close, logical_and(isnan(x), isnan(y)))
+    return close
 
 
-def isinf(x: ArrayLike, /) -> Tensor:
-    x = asarray(x)
-    return equal(abs(x), np.inf) if dtypes.is_float(x.dtype) else _full_bool(x, False)
+# --- bitwise and logical -----------------------------------------------------------------------
 
 
-def isfinite(x: ArrayLike, /) -> Tensor:
-    x = asarray(x)
-    return apply_elementwise(P.is_finite_p, x) if dtypes.is_float(x.dtype) else _full_bool(x, True)
-
-
-def _full_bool(like: Tensor, value: bool) -> Tensor:
-    from funcgrad.numpy.conversion import broadcast_to
-    return broadcast_to(np.bool_(value), like.shape) if like.shape else asarray(value)
-
-
-def _bitwise(primitive: P.Primitive, name: str):  # type: ignore[no-untyped-def]
+def _bitwise(primitive: P.Primitive, name: str, doc: str,
+             allow_bool: bool = True) -> Callable[[ArrayLike, ArrayLike], Tensor]:
     def fn(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+        dtype = result_type(x1, x2)
+        if dtypes.is_float(dtype):
+            raise TypeError(f"{name} needs integer or bool arrays, got {dtype.name}")
+        if dtypes.is_bool(dtype) and not allow_bool:  # shifts count bools as int32, as JAX does
+            x1, x2 = astype(x1, dtypes.default_int), astype(x2, dtypes.default_int)
         return apply_elementwise(primitive, x1, x2)
     fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
     return fn
 
 
-bitwise_and = _bitwise(P.and_p, "bitwise_and")
-bitwise_or = _bitwise(P.or_p, "bitwise_or")
-bitwise_xor = _bitwise(P.xor_p, "bitwise_xor")
-bitwise_left_shift = _bitwise(P.shift_left_p, "bitwise_left_shift")
-bitwise_right_shift = _bitwise(P.shift_right_p, "bitwise_right_shift")
+bitwise_and = _bitwise(P.and_p, "bitwise_and", "x1 & x2 for integers and bools.")
+bitwise_or = _bitwise(P.or_p, "bitwise_or", "x1 | x2 for integers and bools.")
+bitwise_xor = _bitwise(P.xor_p, "bitwise_xor", "x1 ^ x2 for integers and bools.")
+bitwise_left_shift = _bitwise(P.shift_left_p, "bitwise_left_shift",
+                              "x1 << x2; shifting by the bit width or more gives 0.", allow_bool=False)
+bitwise_right_shift = _bitwise(P.shift_right_p, "bitwise_right_shift",
+                               "x1 >> x2 (arithmetic for signed integers).", allow_bool=False)
 left_shift, right_shift = bitwise_left_shift, bitwise_right_shift
 
 
 def bitwise_invert(x: ArrayLike, /) -> Tensor:
+    """~x: bitwise not for integers, logical not for bools."""
+    x = asarray(x)
+    if dtypes.is_float(x.dtype):
+        raise TypeError(f"bitwise_invert needs integer or bool arrays, got {x.dtype.name}")
     return apply_elementwise(P.not_p, x)
 
 
@@ -291,19 +522,26 @@ def _as_bool(x: ArrayLike) -> Tensor:
 
 
 def logical_and(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """Truth of x1 and x2 (nonzero counts as true)."""
     return apply_elementwise(P.and_p, _as_bool(x1), _as_bool(x2))
 
 
 def logical_or(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """Truth of x1 or x2 (nonzero counts as true)."""
     return apply_elementwise(P.or_p, _as_bool(x1), _as_bool(x2))
 
 
 def logical_xor(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
+    """Truth of exactly one of x1, x2."""
     return apply_elementwise(P.xor_p, _as_bool(x1), _as_bool(x2))
 
 
 def logical_not(x: ArrayLike, /) -> Tensor:
+    """True where x is false or zero."""
     return apply_elementwise(P.not_p, _as_bool(x))
+
+
+# --- selection and clean-up --------------------------------------------------------------------
 
 
 def where(condition: ArrayLike, x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
@@ -312,19 +550,20 @@ def where(condition: ArrayLike, x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     >>> where(asarray([True, False]), 1.0, 0.0).tolist()
     [1.0, 0.0]
     """
-    from funcgrad.numpy.conversion import broadcast_shapes, broadcast_to, promote
     cond = _as_bool(condition)
     (a, b), _, weak = promote(x1, x2)
     shapes = [cond.shape] + [v.shape for v in (a, b) if isinstance(v, Tensor)]
     shape = broadcast_shapes(*shapes)
-    a, b = broadcast_to(a, shape), broadcast_to(b, shape)
-    out = bind(P.select_p, broadcast_to(cond, shape), a, b)
-    out._weak = weak
-    return out
+    out = bind(P.select_p, broadcast_to(cond, shape), broadcast_to(a, shape), broadcast_to(b, shape))
+    return _weak(out, weak)
 
 
 def clip(x: ArrayLike, /, min: ArrayLike | None = None, max: ArrayLike | None = None) -> Tensor:  # noqa: A002
-    """Limit values to [min, max] (either bound may be None). The result keeps x's dtype."""
+    """Limit values to [min, max] (either bound may be None); the result keeps x's dtype.
+
+    >>> clip(asarray([1, 5, 9]), 2, 6).tolist()
+    [2, 5, 6]
+    """
     x = asarray(x)
     out = x
     if min is not None:
@@ -334,14 +573,16 @@ def clip(x: ArrayLike, /, min: ArrayLike | None = None, max: ArrayLike | None = 
     return astype(out, x.dtype) if out.dtype != x.dtype else out
 
 
-def nan_to_num(x: ArrayLike, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+def nan_to_num(x: ArrayLike, nan: float = 0.0, posinf: float | None = None,
+               neginf: float | None = None) -> Tensor:
+    """Replace NaN by ``nan`` and +-inf by ``posinf``/``neginf`` (default: the dtype's extremes)."""
     x = asarray(x)
     if not dtypes.is_float(x.dtype):
         return x
     info = dtypes.finfo(x.dtype)
     out = where(isnan(x), nan, x)
     out = where(equal(out, np.inf), float(info.max) if posinf is None else posinf, out)
-    return where(equal(out, -np.inf), float(info.min) if neginf is None else neginf, out)
+    return astype(where(equal(out, -np.inf), float(info.min) if neginf is None else neginf, out), x.dtype)
 
 
 def real(x: ArrayLike, /) -> Tensor:
@@ -350,31 +591,17 @@ def real(x: ArrayLike, /) -> Tensor:
 
 
 def conj(x: ArrayLike, /) -> Tensor:
+    """Complex conjugate: x itself (no complex dtypes)."""
     return asarray(x)
 
 
+conjugate = conj
+
+
 def imag(x: ArrayLike, /) -> Tensor:
+    """Imaginary part: zeros of x's shape and dtype (no complex dtypes)."""
     x = asarray(x)
-    from funcgrad.numpy.conversion import broadcast_to
-    return broadcast_to(np.zeros((), x.dtype)[()], x.shape) if x.shape else asarray(np.zeros((), x.dtype))
-
-
-def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """The next representable float after x1 toward x2 (float32/float64 only)."""
-    from funcgrad.numpy.conversion import promote
-    (a, b), dtype, _ = promote(x1, x2)
-    a, b = asarray(a, dtype), asarray(b, dtype)
-    if dtype not in (dtypes.float32, dtypes.float64):
-        raise TypeError(f"nextafter supports float32 and float64, got {dtype.name}")
-    int_dtype = dtypes.int32 if dtype == dtypes.float32 else dtypes.int64
-    bits = bind(P.bitcast_convert_type_p, a, new_dtype=int_dtype)
-    toward_larger_magnitude = equal(greater(b, a), greater_equal(a, 0))
-    stepped = where(toward_larger_magnitude, add(bits, 1), subtract(bits, 1))
-    result = bind(P.bitcast_convert_type_p, stepped, new_dtype=dtype)
-    smallest = bind(P.bitcast_convert_type_p, asarray(1, int_dtype), new_dtype=dtype)
-    from_zero = where(greater(b, a), smallest, negative(smallest))
-    result = where(equal(a, 0), from_zero, result)
-    return where(logical_or(isnan(a), isnan(b)), np.nan, where(equal(a, b), b, result))
+    return broadcast_to(np.zeros((), x.dtype)[()], x.shape)
 
 
 # every public function defined above (aliases included) is part of funcgrad.numpy

@@ -1,9 +1,12 @@
-"""Reductions and statistics: sum, prod, max, min, mean, var, std, all, any, argmax, argmin.
+"""Reductions and statistics: sum, prod, max, min, mean, var, std, all, any, argmax, argmin,
+cumulative sums and products, order statistics (median, quantile), NaN-ignoring forms and diff.
 
 Each reduction normalises ``axis`` (None, an int or a tuple, negatives allowed), binds one
 reduction primitive over those axes, and restores them as size-1 axes when ``keepdims``.
 ``sum`` and ``prod`` accumulate small integers in the default integer type and bools as int32,
 as the Array API and JAX do; ``mean``/``var``/``std`` of integers give the default float.
+``median``/``quantile``/``percentile`` sort along the reduced axes (``searching.sort``) and gather
+the neighbouring order statistics, so they trace like everything else.
 """
 
 from __future__ import annotations
@@ -65,7 +68,11 @@ def _accumulation_dtype(x: Tensor, dtype: Any) -> np.dtype:
 
 
 def sum(x: ArrayLike, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    """Sum over ``axis`` (all axes by default). >>> sum(asarray([[1, 2], [3, 4]]), axis=0).tolist()  # [4, 6]"""
+    """Sum over ``axis`` (all axes by default).
+
+    >>> sum(asarray([[1, 2], [3, 4]]), axis=0).tolist()
+    [4, 6]
+    """
     x = asarray(x)
     return _reduce(P.reduce_sum_p, astype(x, _accumulation_dtype(x, dtype)), axis, keepdims)
 
@@ -180,6 +187,304 @@ def logsumexp(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False) -> 
         axes = normalize_axes(axis, x.ndim)
         out = bind(P.reshape_p, out, new_sizes=tuple(d for i, d in enumerate(x.shape) if i not in axes))
     return out
+
+
+# --- cumulative reductions -------------------------------------------------------------------
+
+
+def _flat_if_none(x: Tensor, axis: int | None) -> tuple[Tensor, int]:
+    """NumPy's ``axis=None``: operate on the flattened array."""
+    if axis is None:
+        return bind(P.reshape_p, x, new_sizes=(x.size,)) if x.ndim != 1 else x, 0
+    return x, normalize_axis(axis, x.ndim)
+
+
+def _cumulative(primitive: P.Primitive, x: Tensor, axis: int, reverse: bool = False) -> Tensor:
+    return bind(primitive, x, axis=axis, reverse=reverse)
+
+
+def _prepend_identity(x: Tensor, axis: int, identity: int) -> Tensor:
+    low = tuple(1 if i == axis else 0 for i in range(x.ndim))
+    value = np.asarray(identity).astype(x.dtype)[()]
+    return bind(P.pad_p, x, value, low=low, high=(0,) * x.ndim)
+
+
+def _array_api_cumulative(primitive: P.Primitive, name: str, identity: int, x: ArrayLike, axis: int | None,
+                          dtype: Any, include_initial: bool) -> Tensor:
+    x = asarray(x)
+    if x.ndim == 0:
+        raise ValueError(f"{name} needs an array of rank >= 1, got a 0-d array")
+    if axis is None and x.ndim > 1:
+        raise ValueError(f"{name} needs axis= for an array of rank {x.ndim} (shape {x.shape})")
+    axis = normalize_axis(0 if axis is None else axis, x.ndim)
+    out = _cumulative(primitive, astype(x, _accumulation_dtype(x, dtype)), axis)
+    return _prepend_identity(out, axis, identity) if include_initial else out
+
+
+def cumulative_sum(x: ArrayLike, /, *, axis: int | None = None, dtype: Any = None,
+                   include_initial: bool = False) -> Tensor:
+    """Running sum along ``axis`` (the Array API's name); ``include_initial`` prepends a 0.
+
+    >>> cumulative_sum(asarray([1, 2, 3]), include_initial=True).tolist()
+    [0, 1, 3, 6]
+    """
+    return _array_api_cumulative(P.cumsum_p, "cumulative_sum", 0, x, axis, dtype, include_initial)
+
+
+def cumulative_prod(x: ArrayLike, /, *, axis: int | None = None, dtype: Any = None,
+                    include_initial: bool = False) -> Tensor:
+    """Running product along ``axis``; ``include_initial`` prepends a 1."""
+    return _array_api_cumulative(P.cumprod_p, "cumulative_prod", 1, x, axis, dtype, include_initial)
+
+
+def cumsum(a: ArrayLike, axis: int | None = None, dtype: Any = None) -> Tensor:
+    """NumPy's cumsum: ``axis=None`` runs over the flattened array.
+
+    >>> cumsum(asarray([1, 2])).tolist()
+    [1, 3]
+    """
+    x = asarray(a)
+    x, axis = _flat_if_none(x, axis)
+    return _cumulative(P.cumsum_p, astype(x, _accumulation_dtype(x, dtype)), axis)
+
+
+def cumprod(a: ArrayLike, axis: int | None = None, dtype: Any = None) -> Tensor:
+    """NumPy's cumprod: ``axis=None`` runs over the flattened array."""
+    x = asarray(a)
+    x, axis = _flat_if_none(x, axis)
+    return _cumulative(P.cumprod_p, astype(x, _accumulation_dtype(x, dtype)), axis)
+
+
+def cummax(x: ArrayLike, /, axis: int = 0, *, reverse: bool = False) -> Tensor:
+    """Running maximum along ``axis`` (``jax.lax.cummax``); NaN propagates forward."""
+    x = asarray(x)
+    return _cumulative(P.cummax_p, x, normalize_axis(axis, x.ndim), reverse)
+
+
+def cummin(x: ArrayLike, /, axis: int = 0, *, reverse: bool = False) -> Tensor:
+    """Running minimum along ``axis`` (``jax.lax.cummin``); NaN propagates forward."""
+    x = asarray(x)
+    return _cumulative(P.cummin_p, x, normalize_axis(axis, x.ndim), reverse)
+
+
+# --- counting, averages, spreads ---------------------------------------------------------------
+
+
+def count_nonzero(x: ArrayLike, /, axis: Axis = None, *, keepdims: bool = False) -> Tensor:
+    """Number of nonzero (True, non-0, NaN) elements, as int32.
+
+    >>> count_nonzero(asarray([0, 3, 5])).item()
+    2
+    """
+    return sum(_as_bool(asarray(x)), axis=axis, keepdims=keepdims)
+
+
+def average(a: ArrayLike, axis: Axis = None, weights: ArrayLike | None = None, returned: bool = False, *,
+            keepdims: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """Weighted mean ``sum(a * w) / sum(w)``; ``weights`` match ``a`` or, with an int ``axis``, that
+    axis alone. ``returned`` also gives the sum of weights.
+
+    >>> average(asarray([1.0, 3.0]), weights=asarray([3.0, 1.0])).item()
+    1.5
+    """
+    from funcgrad.numpy.conversion import broadcast_to, result_type
+    x = asarray(a)
+    if weights is None:
+        out = mean(x, axis=axis, keepdims=keepdims)
+        return (out, _full_like(out, float(_count(x, axis)))) if returned else out
+    w = asarray(weights)
+    dtype = result_type(x, w)
+    dtype = dtype if dtypes.is_float(dtype) else dtypes.default_float
+    x, w = astype(x, dtype), astype(w, dtype)
+    if w.shape != x.shape:
+        if not isinstance(axis, (int, np.integer)) or w.ndim != 1:
+            raise ValueError(f"average: weights of shape {w.shape} differ from a's shape {x.shape}; "
+                             "1-d weights need an integer axis")
+        ax = normalize_axis(axis, x.ndim)
+        if w.shape[0] != x.shape[ax]:
+            raise ValueError(f"average: weights of length {w.shape[0]} do not match axis {axis} "
+                             f"of shape {x.shape}")
+        w = bind(P.reshape_p, w, new_sizes=tuple(w.shape[0] if i == ax else 1 for i in range(x.ndim)))
+        w = broadcast_to(w, x.shape)
+    total_weight = sum(w, axis=axis, keepdims=keepdims)
+    out = divide(sum(multiply(x, w), axis=axis, keepdims=keepdims), total_weight)
+    return (out, total_weight) if returned else out
+
+
+def _full_like(x: Tensor, value: float) -> Tensor:
+    from funcgrad.numpy.creation import full_like
+    return full_like(x, value)
+
+
+def ptp(x: ArrayLike, /, axis: Axis = None, keepdims: bool = False) -> Tensor:
+    """Peak to peak: ``max - min`` over ``axis``. >>> ptp(asarray([4, 1, 7])).item()  # 6"""
+    x = asarray(x)
+    return subtract(max(x, axis=axis, keepdims=keepdims), min(x, axis=axis, keepdims=keepdims))
+
+
+# --- order statistics (built on sort) ----------------------------------------------------------
+
+_QUANTILE_METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+
+
+def _reduced_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """Move ``axes`` to the end and merge them into one axis."""
+    from funcgrad.numpy.manipulation import permute_dims, reshape
+    kept = [i for i in range(x.ndim) if i not in axes]
+    moved = permute_dims(x, kept + list(axes))
+    return reshape(moved, tuple(x.shape[i] for i in kept) + (_count(x, axes),))
+
+
+def quantile(a: ArrayLike, q: ArrayLike, /, axis: Axis = None, *, method: str = "linear",
+             keepdims: bool = False) -> Tensor:
+    """The ``q``-th quantiles (``q`` in [0, 1], a scalar or an array) over ``axis``, from a sort.
+
+    The result has shape ``q.shape`` followed by the reduced shape, as NumPy. Methods: linear
+    (default), lower, higher, nearest, midpoint. NaN anywhere along the axis gives NaN.
+    >>> quantile(asarray([1.0, 2.0, 3.0, 4.0]), 0.5).item()
+    2.5
+    """
+    from funcgrad.numpy.elementwise import ceil, floor, isnan, round, where
+    from funcgrad.numpy.searching import sort
+    if method not in _QUANTILE_METHODS:
+        raise ValueError(f"quantile: unknown method {method!r}; expected one of {_QUANTILE_METHODS}")
+    x = _float_input(a, None)
+    q = asarray(q)
+    if dtypes.is_bool(q.dtype) or not (dtypes.is_float(q.dtype) or dtypes.is_int(q.dtype)):
+        raise TypeError(f"quantile: q must be numeric, got {q.dtype.name}")
+    if not q.is_traced and not bool(np.all((q.numpy() >= 0) & (q.numpy() <= 1))):
+        raise ValueError(f"quantile: q must lie in [0, 1], got {q.numpy()}")
+    axes = normalize_axes(axis, x.ndim)
+    n = _count(x, axes)
+    if n == 0:
+        raise ValueError(f"quantile of an empty axis (shape {x.shape}, axis {axis}) has no answer")
+    ordered = sort(_reduced_axes_last(x, axes), axis=-1)
+    last = ordered.ndim - 1
+    position = multiply(astype(q, dtypes.float32), float(n - 1))
+    if method == "nearest":
+        low = high = round(position)  # half to even, as NumPy
+    else:
+        low, high = floor(position), ceil(position)
+        if method == "lower":
+            high = low
+        elif method == "higher":
+            low = high
+
+    def take(index: Tensor) -> Tensor:
+        indices = bind(P.reshape_p, astype(index, dtypes.int32), new_sizes=q.shape + (1,))
+        return bind(P.gather_p, ordered, indices, axes=(last,))
+
+    low_value, high_value = take(low), take(high)
+    batch_ones = (1,) * (ordered.ndim - 1)
+    if method == "midpoint":
+        out = multiply(low_value + high_value, 0.5)
+    else:
+        fraction = astype(bind(P.reshape_p, subtract(position, low), new_sizes=q.shape + batch_ones), x.dtype)
+        out = low_value + multiply(high_value - low_value, fraction)
+    has_nan = any(isnan(ordered), axis=-1)
+    out = where(has_nan, np.nan, out)
+    out_shape = q.shape + (_keepdims_shape(x.shape, axes) if keepdims
+                           else tuple(d for i, d in enumerate(x.shape) if i not in axes))
+    return bind(P.reshape_p, out, new_sizes=out_shape) if out.shape != out_shape else out
+
+
+def percentile(a: ArrayLike, q: ArrayLike, /, axis: Axis = None, *, method: str = "linear",
+               keepdims: bool = False) -> Tensor:
+    """The ``q``-th percentiles (``q`` in [0, 100]); see ``quantile``."""
+    q = asarray(q)
+    q = divide(q, 100.0) if dtypes.is_float(q.dtype) else divide(astype(q, dtypes.float32), 100.0)
+    return quantile(a, q, axis=axis, method=method, keepdims=keepdims)
+
+
+def median(a: ArrayLike, /, axis: Axis = None, *, keepdims: bool = False) -> Tensor:
+    """The middle value (mean of the two middle ones for even counts).
+
+    >>> median(asarray([3, 1, 2])).item()
+    2.0
+    """
+    return quantile(a, 0.5, axis=axis, keepdims=keepdims)
+
+
+# --- NaN-ignoring reductions -------------------------------------------------------------------
+
+
+def _nan_filled(x: Tensor, fill: float) -> Tensor:
+    from funcgrad.numpy.elementwise import isnan, where
+    return where(isnan(x), fill, x) if dtypes.is_float(x.dtype) else x
+
+
+def nansum(a: ArrayLike, /, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+    """Sum treating NaN as 0. >>> nansum(asarray([1.0, float('nan')])).item()  # 1.0"""
+    return sum(_nan_filled(asarray(a), 0.0), axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+def nanmean(a: ArrayLike, /, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+    """Mean of the non-NaN elements (NaN where there are none)."""
+    from funcgrad.numpy.elementwise import isnan, logical_not
+    x = _float_input(a, dtype)
+    count = sum(astype(logical_not(isnan(x)), x.dtype), axis=axis, keepdims=keepdims)
+    return divide(nansum(x, axis=axis, keepdims=keepdims), count)
+
+
+def _nan_extremum(reduce: Any, fill: float, a: ArrayLike, axis: Axis, keepdims: bool) -> Tensor:
+    from funcgrad.numpy.elementwise import isnan, where
+    x = asarray(a)
+    if not dtypes.is_float(x.dtype):
+        return reduce(x, axis=axis, keepdims=keepdims)
+    out = reduce(_nan_filled(x, fill), axis=axis, keepdims=keepdims)
+    return where(all(isnan(x), axis=axis, keepdims=keepdims), np.nan, out)  # all-NaN slices stay NaN
+
+
+def nanmax(a: ArrayLike, /, axis: Axis = None, keepdims: bool = False) -> Tensor:
+    """Largest non-NaN element (NaN for all-NaN slices, as NumPy, which also warns)."""
+    return _nan_extremum(max, -np.inf, a, axis, keepdims)
+
+
+def nanmin(a: ArrayLike, /, axis: Axis = None, keepdims: bool = False) -> Tensor:
+    """Smallest non-NaN element (NaN for all-NaN slices)."""
+    return _nan_extremum(min, np.inf, a, axis, keepdims)
+
+
+# --- differences -------------------------------------------------------------------------------
+
+
+def _slice_axis(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
+    return bind(P.slice_p, x, start=tuple(start if i == axis else 0 for i in range(x.ndim)),
+                limit=tuple(stop if i == axis else d for i, d in enumerate(x.shape)), strides=(1,) * x.ndim)
+
+
+def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = None,
+         append: ArrayLike | None = None) -> Tensor:
+    """The ``n``-th discrete difference along ``axis`` (``!=`` for bools, as NumPy).
+
+    >>> diff(asarray([1, 4, 9])).tolist()
+    [3, 5]
+    """
+    from funcgrad.numpy.conversion import broadcast_to
+    from funcgrad.numpy.elementwise import not_equal
+    from funcgrad.numpy.manipulation import concat
+    x = asarray(a)
+    if x.ndim == 0:
+        raise ValueError("diff needs an array of rank >= 1, got a 0-d array")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"diff: order n must be a non-negative integer, got {n!r}")
+    axis = normalize_axis(axis, x.ndim)
+    pieces = []
+    for extra in (prepend, x, append):
+        if extra is None:
+            continue
+        extra = asarray(extra)
+        if extra.ndim == 0:
+            extra = broadcast_to(extra, tuple(1 if i == axis else d for i, d in enumerate(x.shape)))
+        pieces.append(extra)
+    x = concat(pieces, axis=axis) if len(pieces) > 1 else x
+    for _ in range(n):
+        length = x.shape[axis]
+        if length == 0:
+            break
+        later, earlier = _slice_axis(x, axis, 1, length), _slice_axis(x, axis, 0, length - 1)
+        x = not_equal(later, earlier) if dtypes.is_bool(x.dtype) else subtract(later, earlier)
+    return x
 
 
 # every public function defined above (aliases included) is part of funcgrad.numpy
