@@ -18,8 +18,10 @@ from funcgrad import tensor_methods as _tensor_methods  # attaches operators and
 from funcgrad import numpy
 from funcgrad import random
 from funcgrad.trace import make_ir
+from funcgrad.transforms import grad, hessian, jacfwd, jacrev, jit, jvp, linearize, value_and_grad, vjp, vmap
 
 __version__ = "0.1.0"
 
 __all__ = ["Array", "ConcretizationError", "EscapedTracerError", "IR", "ShapedArray", "Tensor",
-           "TracerError", "dtypes", "make_ir", "numpy", "random", "tree"]
+           "TracerError", "dtypes", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "linearize",
+           "make_ir", "numpy", "random", "tree", "value_and_grad", "vjp", "vmap"]

@@ -103,3 +103,16 @@ def make_ir(fn: Callable[..., Any], static_argnums: int | Sequence[int] = ()) ->
         return ir
 
     return traced
+
+
+def trace_avals(fn: Callable[..., Sequence[Any]], avals: Sequence[ShapedArray], label: str) -> IR:
+    """Trace ``fn(*tracers) -> list of outputs`` over flat inputs of ``avals`` into an IR.
+
+    The transformations use this to build their output IRs: ``fn`` walks the input IR and binds
+    new equations, which land in the fresh trace.
+    """
+    with new_trace(label) as builder:
+        inputs = [Tensor._wrap(builder.new_input(aval)) for aval in avals]
+        outs = fn(*inputs)
+        ir = builder.build([_atom_for(builder, as_output(out)) for out in outs])
+    return ir

@@ -380,3 +380,31 @@ def flatten_with_path(tree: PyTree, is_leaf: IsLeaf = None) -> list[tuple[KeyPat
     paths: list[KeyPath] = []
     treedef._paths((), paths)
     return list(zip(paths, leaves_out))
+
+
+def broadcast_prefix(prefix: PyTree, full: PyTree, is_leaf: IsLeaf = None) -> list[Any]:
+    """One entry of ``prefix`` per leaf of ``full``, where ``prefix`` is a tree prefix of ``full``
+    (vmap's ``in_axes`` style): a leaf of ``prefix`` applies to the whole subtree under it. Here
+    ``None`` in ``prefix`` is a leaf ("not mapped"), not an empty node.
+
+    >>> broadcast_prefix((0, None), ([1, 2], {"a": 3}))
+    [0, 0, None]
+    """
+    result: list[Any] = []
+
+    def one_level(node: PyTree) -> tuple[list[Any], TreeDef]:
+        return flatten(node, is_leaf=lambda child: child is not node)
+
+    def walk(p: PyTree, f: PyTree) -> None:
+        if p is None or (is_leaf is not None and is_leaf(p)) or _kind_of(type(p)) is None:
+            result.extend([p] * len(leaves(f)))
+            return
+        p_children, p_def = one_level(p)
+        f_children, f_def = one_level(f)
+        if p_def != f_def:
+            raise ValueError(f"the prefix tree {structure(p)} does not match the argument tree {structure(f)}")
+        for pc, fc in zip(p_children, f_children):
+            walk(pc, fc)
+
+    walk(prefix, full)
+    return result

@@ -289,7 +289,7 @@ def _bitcast_rule(x: ShapedArray, *, new_dtype: np.dtype) -> ShapedArray:
 
 
 bitcast_convert_type_p = Primitive("bitcast_convert_type", _bitcast_rule,
-                                   lambda x, *, new_dtype: np.ascontiguousarray(x).view(new_dtype))
+                                   lambda x, *, new_dtype: np.ascontiguousarray(x).view(new_dtype).reshape(np.shape(x)))
 
 # --- reductions --------------------------------------------------------------------------------
 

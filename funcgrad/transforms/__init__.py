@@ -1,1 +1,13 @@
-"""(planned: see docs/architecture.md)"""
+"""IR-to-IR transformations: jvp, vjp/grad (linearize + transpose), vmap, jit.
+
+Each transform lives in its own module with its own rule table; ``ad_rules`` and
+``batching_rules`` hold the rules of the first-order primitives, ``jit`` the rules of the jit
+call, ``funcgrad.lax`` those of control flow.
+"""
+
+from funcgrad.transforms import ad_rules as _ad_rules  # noqa: F401  (registers the rules)
+from funcgrad.transforms.ad import grad, hessian, jacfwd, jacrev, jvp, linearize, value_and_grad, vjp
+from funcgrad.transforms.batching import vmap
+from funcgrad.transforms.jit import jit
+
+__all__ = ["grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "linearize", "value_and_grad", "vjp", "vmap"]

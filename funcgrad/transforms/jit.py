@@ -1,0 +1,190 @@
+"""``jit``: trace once per input signature, then run the traced IR as one ``jit`` call.
+
+``jit(f)(*args)`` flattens the arguments, builds a signature key (pytree structure, shapes,
+dtypes, weak types, static argument values), traces ``f`` on a miss and caches the open IR, and
+binds the ``jit`` primitive with the IR as a parameter. Outside any trace that records one lazy
+op, realized by the evaluator of the day (the reference interpreter now, compiled kernels once the
+compiler lands: the semantics stay). Inside a trace it is one equation holding the IR, so
+``grad(jit(f))`` differentiates the inner IR and the derivative stays inside jit calls: the rules
+below transform the sub-IR (jvp, partial evaluation, transposition, batching).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from funcgrad import tree
+from funcgrad.ir.core import IR, Eqn, Var
+from funcgrad.ir.higher_order import jit_p, open_ir
+from funcgrad.tensor import Tensor, bind
+from funcgrad.trace import leaf_aval, trace_flat
+from funcgrad.transforms.batching import batch_rules, vmap_ir
+from funcgrad.transforms.jvp import instantiate, jvp_ir, jvp_rules
+from funcgrad.transforms.partial_eval import partial_eval, pe_rules
+from funcgrad.transforms.transpose import is_undefined, transpose_ir, transpose_rules
+
+
+def _debug_level() -> int:
+    try:
+        return int(os.environ.get("DEBUG", "0") or 0)
+    except ValueError:
+        return 0
+
+
+class Jitted:
+    """A jit-wrapped function. ``trace_count`` says how many times it traced; ``DEBUG=1`` prints why
+    it retraced."""
+
+    def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
+                 static_argnames: str | Sequence[str] = ()) -> None:
+        if not callable(fn):
+            raise TypeError(f"jit expects a callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        self.trace_count = 0
+        self._cache: dict[Any, tuple[IR, Any, list[Any]]] = {}
+        self._last_key: Any = None
+        self._last_leaf_names: list[str] = []
+        functools.update_wrapper(self, fn)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", "fn")
+
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], Callable[..., Any]]:
+        for n in self.static_argnums:
+            if not -len(args) <= n < len(args):
+                raise ValueError(f"jit({self.name}): static_argnums {n} is out of range for {len(args)} "
+                                 "positional arguments")
+        static_pos = sorted({n % len(args) for n in self.static_argnums}) if args else []
+        static_values = tuple((n, args[n]) for n in static_pos)
+        static_values += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
+        for where, value in static_values:
+            try:
+                hash(value)
+            except TypeError:
+                label = f"argument {where}" if isinstance(where, int) else f"argument '{where}'"
+                raise TypeError(f"jit({self.name}): static {label} of type {type(value).__name__} is not "
+                                "hashable; pass a tuple instead of a list, or make it a traced argument") from None
+        dynamic_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+
+        def call_with(dyn_args: tuple[Any, ...], dyn_kwargs: dict[str, Any]) -> Any:
+            it = iter(dyn_args)
+            full = [args[i] if i in static_pos else next(it) for i in range(len(args))]
+            return self.fn(*full, **dyn_kwargs, **{k: v for k, v in kwargs.items() if k in self.static_argnames})
+
+        return (dynamic_args, dynamic_kwargs), static_values, call_with
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        dynamic, static_values, call_with = self._split(args, kwargs)
+        with_paths = tree.flatten_with_path(dynamic)
+        leaves, in_tree = tree.flatten(dynamic)
+        avals = [leaf_aval(leaf, f"argument{tree.keystr(path)}") for (path, _), leaf in zip(with_paths, leaves)]
+        key = (in_tree, tuple(avals), static_values)
+        entry = self._cache.get(key)
+        if entry is None:
+            self._explain_retrace(key, [tree.keystr(p) for p, _ in with_paths])
+            traced, out_tree = trace_flat(call_with, avals, in_tree, f"jit({self.name})")
+            entry = (open_ir(traced), out_tree, list(traced.consts))
+            self.trace_count += 1
+            if not any(isinstance(c, Tensor) and c.is_traced for c in traced.consts):
+                self._cache[key] = entry  # closures over another trace's values cannot be reused
+        ir, out_tree, consts = entry
+        from funcgrad.transforms.ad import as_tensor
+        operands = consts + [as_tensor(leaf) for leaf in leaves]
+        outs = bind(jit_p, *operands, ir=ir, name=self.name)
+        return tree.unflatten(out_tree, list(outs))
+
+    def _explain_retrace(self, key: Any, leaf_names: list[str]) -> None:
+        previous, previous_names = self._last_key, self._last_leaf_names
+        self._last_key, self._last_leaf_names = key, leaf_names
+        if previous is None or _debug_level() < 1:
+            return
+        reason = "the argument structure changed"
+        if previous[0] == key[0]:
+            changed = [f"argument{name}: {old[0]} -> {new[0]}" for name, old, new in
+                       zip(leaf_names, previous[1], key[1]) if old != new]
+            if changed:
+                reason = "; ".join(changed)
+            elif previous[2] != key[2]:
+                reason = f"static arguments changed: {previous[2]} -> {key[2]}"
+        print(f"jit({self.name}): retracing because {reason}", file=sys.stderr)
+
+
+def jit(fn: Callable[..., Any] | None = None, *, static_argnums: int | Sequence[int] = (),
+        static_argnames: str | Sequence[str] = ()) -> Any:
+    """Trace ``fn`` once per input signature and run it as one compiled unit.
+
+    Usable as ``jit(f)``, ``@jit`` or ``@jit(static_argnums=1)``.
+
+    >>> f = jit(lambda x: x * 2 + 1); f(fnp.ones(3)).tolist(); f.trace_count   # [3.0, 3.0, 3.0], 1
+    """
+    if fn is None:
+        return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames)
+    return Jitted(fn, static_argnums, static_argnames)
+
+
+# --- rules of the jit primitive: transform the sub-IR and stay one call ------------------------
+
+@functools.lru_cache(maxsize=512)
+def _jvp_of(ir: IR, has_tangent: tuple[bool, ...]) -> tuple[IR, tuple[Any, ...], tuple[bool, ...]]:
+    new_ir, out_has_tangent = jvp_ir(ir, has_tangent)
+    return open_ir(new_ir), tuple(new_ir.consts), tuple(out_has_tangent)
+
+
+def _jit_jvp(primals: list[Any], tangents: list[Any], *, ir: IR, name: str) -> tuple[Any, Any]:
+    has_tangent = tuple(t is not None for t in tangents)
+    new_ir, consts, out_has_tangent = _jvp_of(ir, has_tangent)
+    outs = bind(jit_p, *consts, *primals, *(t for t in tangents if t is not None), ir=new_ir, name=f"jvp({name})")
+    n = len(ir.outputs)
+    supplied = iter(outs[n:])
+    return list(outs[:n]), [next(supplied) if h else None for h in out_has_tangent]
+
+
+jvp_rules[jit_p] = _jit_jvp
+
+
+def _jit_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eqn], list[Eqn], list[bool]]:
+    params = eqn.param_dict
+    sub: IR = params["ir"]
+    known_ir, unknown_ir, out_unknown, num_res = partial_eval(sub, list(unknown))
+    assert not known_ir.consts and not unknown_ir.consts, "open sub-IRs split into open sub-IRs"
+    residuals = [Var(a.aval) for a in known_ir.outputs[len(known_ir.outputs) - num_res:]]
+    known_outs = [v for v, u in zip(eqn.outputs, out_unknown) if not u]
+    unknown_outs = [v for v, u in zip(eqn.outputs, out_unknown) if u]
+    known_eqn = Eqn(jit_p, [a for a, u in zip(eqn.inputs, unknown) if not u],
+                    {"ir": known_ir, "name": params["name"]}, known_outs + residuals)
+    unknown_eqn = Eqn(jit_p, residuals + [a for a, u in zip(eqn.inputs, unknown) if u],
+                      {"ir": unknown_ir, "name": params["name"]}, unknown_outs)
+    return [known_eqn], [unknown_eqn], list(out_unknown)
+
+
+pe_rules[jit_p] = _jit_partial_eval
+
+
+def _jit_transpose(cts: list[Any], *operands: Any, ir: IR, name: str) -> list[Any]:
+    linear = [is_undefined(op) for op in operands]
+    transposed = transpose_ir(ir, linear)
+    values = [op for op in operands if not is_undefined(op)]
+    cts = [instantiate(ct, aval) for ct, aval in zip(cts, ir.out_avals)]
+    results = iter(bind(jit_p, *transposed.consts, *values, *cts, ir=open_ir(transposed),
+                        name=f"transpose({name})"))
+    return [next(results) if lin else None for lin in linear]
+
+
+transpose_rules[jit_p] = _jit_transpose
+
+
+def _jit_batch(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, name: str) -> tuple[Any, Any]:
+    batched, out_dims = vmap_ir(ir, dims, axis_size)
+    outs = bind(jit_p, *batched.consts, *args, ir=open_ir(batched), name=f"vmap({name})")
+    return list(outs), out_dims
+
+
+batch_rules[jit_p] = _jit_batch

@@ -1,0 +1,91 @@
+"""Partial evaluation: split an IR into what can run now and what must wait.
+
+Given which inputs are *unknown*, ``partial_eval`` returns two IRs:
+
+* the known IR: ``(known inputs) -> (known outputs..., residuals...)``
+* the unknown IR: ``(residuals..., unknown inputs) -> (unknown outputs)``
+
+An equation is unknown when any of its inputs is, unless its primitive has a rule in ``pe_rules``
+(higher-order primitives split their bodies recursively, so a jit call inside a gradient stays a
+jit call on both sides). Residuals are the known values the unknown equations read.
+
+Reverse mode is ``jvp`` -> ``partial_eval`` with the tangents unknown (``linearize``) -> transpose
+of the unknown part: the known IR is the forward pass, the residuals what it saves for the backward
+pass. ``dce`` (dead-code elimination) lives here too, since every split leaves dead equations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from funcgrad.ir.core import IR, Eqn, Var
+from funcgrad.ir.primitives import Primitive
+
+# rule(eqn, unknown_inputs) -> (known_eqns, unknown_eqns, unknown_outputs: list[bool])
+PartialEvalRule = Callable[[Eqn, Sequence[bool]], tuple[list[Eqn], list[Eqn], list[bool]]]
+pe_rules: dict[Primitive, PartialEvalRule] = {}
+
+# primitives with effects that DCE must keep even when their outputs are unused (none yet)
+effectful: set[Primitive] = set()
+
+
+def partial_eval(ir: IR, unknown_inputs: Sequence[bool]) -> tuple[IR, IR, list[bool], int]:
+    """Split ``ir``; returns (known IR, unknown IR, which outputs are unknown, number of residuals)."""
+    if len(unknown_inputs) != len(ir.in_vars):
+        raise ValueError(f"partial_eval: {len(unknown_inputs)} flags for {len(ir.in_vars)} inputs")
+    unknown: set[int] = {v.id for v, u in zip(ir.in_vars, unknown_inputs) if u}
+
+    def is_unknown(atom: Any) -> bool:
+        return isinstance(atom, Var) and atom.id in unknown
+
+    known_eqns: list[Eqn] = []
+    unknown_eqns: list[Eqn] = []
+    for eqn in ir.eqns:
+        flags = [is_unknown(a) for a in eqn.inputs]
+        rule = pe_rules.get(eqn.primitive)
+        if rule is not None and any(flags):
+            known_part, unknown_part, out_flags = rule(eqn, flags)
+            known_eqns.extend(known_part)
+            unknown_eqns.extend(unknown_part)
+            unknown.update(v.id for v, u in zip(eqn.outputs, out_flags) if u)
+        elif any(flags):
+            unknown_eqns.append(eqn)
+            unknown.update(v.id for v in eqn.outputs)
+        else:
+            known_eqns.append(eqn)
+
+    out_unknown = [is_unknown(a) for a in ir.outputs]
+    defined_unknown = {v.id for v in ir.in_vars if v.id in unknown}
+    for eqn in unknown_eqns:
+        defined_unknown.update(v.id for v in eqn.outputs)
+    residuals: dict[int, Var] = {}
+    for eqn in unknown_eqns:
+        for atom in eqn.inputs:
+            if isinstance(atom, Var) and atom.id not in defined_unknown:
+                residuals.setdefault(atom.id, atom)
+    residual_vars = list(residuals.values())
+
+    known_inputs = [v for v, u in zip(ir.in_vars, unknown_inputs) if not u]
+    known_outputs = [a for a, u in zip(ir.outputs, out_unknown) if not u]
+    known_ir = dce(IR(known_inputs, known_eqns, known_outputs + residual_vars, ir.const_vars, ir.consts))
+    unknown_inputs_vars = [v for v, u in zip(ir.in_vars, unknown_inputs) if u]
+    unknown_ir = dce(IR(residual_vars + unknown_inputs_vars, unknown_eqns,
+                        [a for a, u in zip(ir.outputs, out_unknown) if u]))
+    return known_ir, unknown_ir, out_unknown, len(residual_vars)
+
+
+def dce(ir: IR, used_outputs: Sequence[bool] | None = None) -> IR:
+    """Drop equations whose results are never used (and outputs not in ``used_outputs``).
+    Inputs are kept so the calling convention does not change; unused consts are dropped."""
+    outputs = ir.outputs if used_outputs is None else [a for a, u in zip(ir.outputs, used_outputs) if u]
+    live: set[int] = {a.id for a in outputs if isinstance(a, Var)}
+    kept: list[Eqn] = []
+    for eqn in reversed(ir.eqns):
+        if eqn.primitive in effectful or any(v.id in live for v in eqn.outputs):
+            kept.append(eqn)
+            live.update(a.id for a in eqn.inputs if isinstance(a, Var))
+    kept.reverse()
+    consts = [(v, c) for v, c in zip(ir.const_vars, ir.consts) if v.id in live]
+    return IR(ir.in_vars, kept, outputs, [v for v, _ in consts], [c for _, c in consts])
+
