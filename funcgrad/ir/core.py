@@ -163,6 +163,10 @@ def _literal_str(literal: Literal) -> str:
 def _param_str(value: Any, namer: _Namer, indent: int) -> str:
     if isinstance(value, IR):
         return "\n" + _print_ir(value, namer, indent + 4)
+    if isinstance(value, tuple) and value and all(isinstance(v, IR) for v in value):
+        return "(" + "".join(_param_str(v, namer, indent) for v in value) + ")"
+    if callable(value) and hasattr(value, "__name__"):
+        return value.__name__
     if isinstance(value, np.dtype):
         return value.name
     return repr(value) if isinstance(value, str) else str(value)

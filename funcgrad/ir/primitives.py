@@ -176,6 +176,7 @@ round_p = _unary("round", _compute_in_f32(np.rint), "f")  # half to even, as Num
 is_finite_p = _unary("is_finite", lambda x: np.isfinite(np.asarray(x, np.float32) if np.asarray(x).dtype
                                                         in _LOW_PRECISION else x), "f", out_dtype=dtypes.bool_)
 not_p = _unary("not", np.invert, "bi")  # logical for bool, bitwise for integers
+stop_gradient_p = _unary("stop_gradient", lambda x: np.array(x, copy=True), "bif")  # identity; no derivative
 
 # --- elementwise: binary -----------------------------------------------------------------------
 

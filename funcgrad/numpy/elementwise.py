@@ -17,7 +17,14 @@ import numpy as np
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import (
-    ArrayLike, apply_elementwise, asarray, astype, broadcast_shapes, broadcast_to, promote, result_type,
+    ArrayLike,
+    apply_elementwise,
+    asarray,
+    astype,
+    broadcast_shapes,
+    broadcast_to,
+    promote,
+    result_type,
 )
 from funcgrad.tensor import Tensor, bind
 
@@ -604,6 +611,17 @@ def imag(x: ArrayLike, /) -> Tensor:
     return broadcast_to(np.zeros((), x.dtype)[()], x.shape)
 
 
-# every public function defined above (aliases included) is part of funcgrad.numpy
-__all__ = [name for name, value in list(globals().items())
-           if not name.startswith("_") and callable(value) and getattr(value, "__module__", None) == __name__]
+__all__ = [
+    "abs", "absolute", "acos", "acosh", "add", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
+    "arctan2", "arctanh", "around", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
+    "bitwise_invert", "bitwise_left_shift", "bitwise_not", "bitwise_or", "bitwise_right_shift",
+    "bitwise_xor", "cbrt", "ceil", "clip", "conj", "conjugate", "copysign", "cos", "cosh", "deg2rad",
+    "degrees", "divide", "divmod", "equal", "erf", "exp", "exp2", "expm1", "fabs", "fix", "float_power",
+    "floor", "floor_divide", "fmax", "fmin", "fmod", "greater", "greater_equal", "heaviside", "hypot",
+    "imag", "invert", "isclose", "isfinite", "isinf", "isnan", "isneginf", "isposinf", "left_shift",
+    "less", "less_equal", "log", "log10", "log1p", "log2", "logaddexp", "logaddexp2", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "mod", "multiply", "nan_to_num",
+    "negative", "nextafter", "not_equal", "positive", "pow", "power", "rad2deg", "radians", "real",
+    "reciprocal", "remainder", "right_shift", "round", "rsqrt", "sigmoid", "sign", "signbit", "sin",
+    "sinh", "sqrt", "square", "subtract", "tan", "tanh", "true_divide", "trunc", "where",
+]

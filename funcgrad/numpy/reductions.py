@@ -38,7 +38,12 @@ def normalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
 def normalize_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if isinstance(axis, (int, np.integer)):
+        axes: tuple[Any, ...] = (axis,)
+    elif isinstance(axis, (tuple, list, range, np.ndarray)):
+        axes = tuple(axis)
+    else:
+        raise TypeError(f"axis must be an integer, a tuple of integers or None, got {axis!r}")
     normalized = tuple(normalize_axis(a, ndim) for a in axes)
     if len(set(normalized)) != len(normalized):
         raise ValueError(f"repeated axis in {axis}")
@@ -344,7 +349,7 @@ def quantile(a: ArrayLike, q: ArrayLike, /, axis: Axis = None, *, method: str = 
     >>> quantile(asarray([1.0, 2.0, 3.0, 4.0]), 0.5).item()
     2.5
     """
-    from funcgrad.numpy.elementwise import ceil, floor, isnan, round, where
+    from funcgrad.numpy.elementwise import add, ceil, floor, isnan, round, where
     from funcgrad.numpy.searching import sort
     if method not in _QUANTILE_METHODS:
         raise ValueError(f"quantile: unknown method {method!r}; expected one of {_QUANTILE_METHODS}")
@@ -377,10 +382,10 @@ def quantile(a: ArrayLike, q: ArrayLike, /, axis: Axis = None, *, method: str = 
     low_value, high_value = take(low), take(high)
     batch_ones = (1,) * (ordered.ndim - 1)
     if method == "midpoint":
-        out = multiply(low_value + high_value, 0.5)
+        out = multiply(add(low_value, high_value), 0.5)
     else:
         fraction = astype(bind(P.reshape_p, subtract(position, low), new_sizes=q.shape + batch_ones), x.dtype)
-        out = low_value + multiply(high_value - low_value, fraction)
+        out = add(low_value, multiply(subtract(high_value, low_value), fraction))
     has_nan = any(isnan(ordered), axis=-1)
     out = where(has_nan, np.nan, out)
     out_shape = q.shape + (_keepdims_shape(x.shape, axes) if keepdims
@@ -487,6 +492,9 @@ def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = N
     return x
 
 
-# every public function defined above (aliases included) is part of funcgrad.numpy
-__all__ = [name for name, value in list(globals().items())
-           if not name.startswith("_") and callable(value) and getattr(value, "__module__", None) == __name__]
+__all__ = [
+    "all", "amax", "amin", "any", "argmax", "argmin", "average", "count_nonzero", "cummax", "cummin",
+    "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "diff", "logsumexp", "max", "mean",
+    "median", "min", "nanmax", "nanmean", "nanmin", "nansum", "normalize_axes", "normalize_axis",
+    "percentile", "prod", "ptp", "quantile", "std", "sum", "var",
+]

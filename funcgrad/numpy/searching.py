@@ -23,11 +23,15 @@ from funcgrad.ir.tracing import ConcretizationError
 from funcgrad.numpy.conversion import ArrayLike, asarray, astype, broadcast_to, promote
 from funcgrad.numpy.elementwise import (
     equal,
+    floor_divide,
     isnan,
+    less,
     logical_and,
     logical_not,
     logical_or,
     not_equal,
+    remainder,
+    subtract,
     where,
 )
 from funcgrad.numpy.manipulation import expand_dims, ravel, reshape, stack
@@ -179,7 +183,7 @@ def _first_true(mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
         order = bind(P.slice_p, order, start=(0,), limit=(size,), strides=(1,))
     else:
         order = bind(P.pad_p, order, np.int32(0), low=(0,), high=(size - length,))
-    valid = _iota((size,), 0) < sum_(mask, dtype=_INDEX)
+    valid = less(_iota((size,), 0), sum_(mask, dtype=_INDEX))
     return order, valid
 
 
@@ -214,7 +218,7 @@ def nonzero(x: ArrayLike, /, *, size: int | None = None, fill_value: Any = None)
     fills = _fill_values(fill_value, x.ndim, "nonzero")
     coordinates, stride = [], 1
     for dim in reversed(range(x.ndim)):
-        coordinate = (flat_index // stride) % x.shape[dim] if x.shape[dim] else flat_index
+        coordinate = remainder(floor_divide(flat_index, stride), x.shape[dim]) if x.shape[dim] else flat_index
         coordinates.append(where(valid, coordinate, fills[dim]))
         stride *= x.shape[dim]
     return tuple(astype(c, _INDEX) for c in reversed(coordinates))
@@ -300,8 +304,8 @@ def _unique_with_size(x: Tensor, size: int, fill_value: Any, equal_nan: bool) ->
     values = astype(values, x.dtype)
     indices = where(valid_head, at(permutation, head), 0)
     run_end = where(valid_next, next_head, length)
-    counts = where(valid_head, run_end - head, 0)
-    run_number = cumsum(astype(starts_mask, _INDEX)) - 1
+    counts = where(valid_head, subtract(run_end, head), 0)
+    run_number = subtract(cumsum(astype(starts_mask, _INDEX)), 1)
     inverse_permutation = argsort(permutation)
     inverse = reshape(at(run_number, inverse_permutation), x.shape)
     return UniqueAllResult(values, astype(indices, _INDEX), astype(inverse, _INDEX), astype(counts, _INDEX))
@@ -374,7 +378,9 @@ def unique(ar: ArrayLike, return_index: bool = False, return_inverse: bool = Fal
                                       "array or call it outside the trace without size=")
         array = _concrete(x, "unique")
         axis = normalize_axis(axis, x.ndim)
-        outs = np.unique(array, return_index, return_inverse, return_counts, axis=axis, equal_nan=equal_nan)
+        numpy_unique: Any = np.unique  # its overloads cannot see through runtime flags
+        outs = numpy_unique(array, return_index, return_inverse, return_counts, axis=axis,
+                            equal_nan=equal_nan)
         outs = outs if isinstance(outs, tuple) else (outs,)
         parts = [asarray(outs[0].astype(array.dtype), array.dtype)]
         parts += [asarray(np.asarray(o).reshape(-1).astype(np.int32)) for o in outs[1:]]

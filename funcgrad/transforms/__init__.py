@@ -6,6 +6,7 @@ call, ``funcgrad.lax`` those of control flow.
 """
 
 from funcgrad.transforms import ad_rules as _ad_rules  # noqa: F401  (registers the rules)
+from funcgrad.transforms import batching_rules as _batching_rules  # noqa: F401
 from funcgrad.transforms.ad import grad, hessian, jacfwd, jacrev, jvp, linearize, value_and_grad, vjp
 from funcgrad.transforms.batching import vmap
 from funcgrad.transforms.jit import jit

@@ -30,8 +30,13 @@ pe_rules: dict[Primitive, PartialEvalRule] = {}
 effectful: set[Primitive] = set()
 
 
-def partial_eval(ir: IR, unknown_inputs: Sequence[bool]) -> tuple[IR, IR, list[bool], int]:
-    """Split ``ir``; returns (known IR, unknown IR, which outputs are unknown, number of residuals)."""
+def partial_eval(ir: IR, unknown_inputs: Sequence[bool],
+                 instantiate: Sequence[bool] | None = None) -> tuple[IR, IR, list[bool], int]:
+    """Split ``ir``; returns (known IR, unknown IR, which outputs are unknown, number of residuals).
+
+    Outputs flagged in ``instantiate`` are made unknown even when computable now: their value is
+    passed to the unknown IR as a residual (control flow needs that to give every branch or loop
+    iteration the same split)."""
     if len(unknown_inputs) != len(ir.in_vars):
         raise ValueError(f"partial_eval: {len(unknown_inputs)} flags for {len(ir.in_vars)} inputs")
     unknown: set[int] = {v.id for v, u in zip(ir.in_vars, unknown_inputs) if u}
@@ -55,7 +60,7 @@ def partial_eval(ir: IR, unknown_inputs: Sequence[bool]) -> tuple[IR, IR, list[b
         else:
             known_eqns.append(eqn)
 
-    out_unknown = [is_unknown(a) for a in ir.outputs]
+    out_unknown = [is_unknown(a) or bool(instantiate and instantiate[i]) for i, a in enumerate(ir.outputs)]
     defined_unknown = {v.id for v in ir.in_vars if v.id in unknown}
     for eqn in unknown_eqns:
         defined_unknown.update(v.id for v in eqn.outputs)
@@ -64,6 +69,9 @@ def partial_eval(ir: IR, unknown_inputs: Sequence[bool]) -> tuple[IR, IR, list[b
         for atom in eqn.inputs:
             if isinstance(atom, Var) and atom.id not in defined_unknown:
                 residuals.setdefault(atom.id, atom)
+    for atom, flag in zip(ir.outputs, out_unknown):  # known values forced into the unknown side
+        if flag and isinstance(atom, Var) and atom.id not in defined_unknown:
+            residuals.setdefault(atom.id, atom)
     residual_vars = list(residuals.values())
 
     known_inputs = [v for v, u in zip(ir.in_vars, unknown_inputs) if not u]

@@ -1,0 +1,207 @@
+"""funcgrad.lax: structured control flow that traces (cond, switch, while_loop, fori_loop, scan).
+
+Python's ``if`` and ``for`` run at trace time; these functions put the control flow into the IR
+instead, so it works on traced values and under every transformation. Each traces its Python
+callables into open sub-IRs (``funcgrad/ir/higher_order.py``), passes their captured constants as
+operands, and binds one primitive. Their differentiation and batching rules are in
+``funcgrad/transforms/control_flow.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad import tree
+from funcgrad.ir import dtypes
+from funcgrad.ir.core import IR, ShapedArray, avals_str
+from funcgrad.ir.higher_order import cond_p, merge_consts, open_ir, scan_p, while_p
+from funcgrad.ir.primitives import select_p
+from funcgrad.tensor import Tensor, bind
+from funcgrad.trace import leaf_aval, trace_flat
+
+__all__ = ["cond", "fori_loop", "map", "scan", "select", "switch", "while_loop"]
+
+
+def _as_tensor(value: Any) -> Tensor:
+    from funcgrad.transforms.ad import as_tensor
+    return as_tensor(value)
+
+
+def _trace(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Any]]:
+    """Trace ``fn(*args)`` over the avals of ``args``; returns (open IR, out tree, consts)."""
+    leaves, in_tree = tree.flatten(tuple(args))
+    avals = [leaf_aval(leaf, f"an operand of {label}") for leaf in leaves]
+    ir, out_tree = trace_flat(fn, avals, in_tree, label)
+    return open_ir(ir), out_tree, list(ir.consts)
+
+
+def _trace_closed(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, IR]:
+    """Like ``_trace`` but also returns the closed IR (with its consts)."""
+    leaves, in_tree = tree.flatten(tuple(args))
+    avals = [leaf_aval(leaf, f"an operand of {label}") for leaf in leaves]
+    ir, out_tree = trace_flat(fn, avals, in_tree, label)
+    return open_ir(ir), out_tree, ir
+
+
+def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -> Any:
+    """Apply ``branches[index](*operands)``; ``index`` is clamped into range, as in JAX.
+
+    All branches must return the same pytree of types. Inside a trace, every branch is traced.
+    >>> switch(1, [lambda x: x + 1, lambda x: x * 10], 2.0).item()   # 20.0
+    """
+    if not branches:
+        raise ValueError("switch needs at least one branch")
+    index = _as_tensor(index)
+    if index.shape != () or not dtypes.is_int(index.dtype) and not dtypes.is_bool(index.dtype):
+        raise TypeError(f"switch: the index must be an integer scalar, got {index.aval}")
+    index = index.astype(dtypes.int32)
+    traced = [_trace_closed(branch, operands, f"branch {i} of switch") for i, branch in enumerate(branches)]
+    out_tree = traced[0][1]
+    for i, (ir, tree_i, _) in enumerate(traced):
+        if tree_i != out_tree or ir.out_avals != traced[0][0].out_avals:
+            raise TypeError(f"switch/cond: branch {i} returns {tree_i} with types {avals_str(ir.out_avals)} but "
+                            f"branch 0 returns {out_tree} with types {avals_str(traced[0][0].out_avals)}")
+    # one operand list for every branch: all branches' consts, then the operands
+    branch_irs, all_consts = merge_consts([closed for _, _, closed in traced])
+    leaves = [_as_tensor(x) for x in tree.leaves(tuple(operands))]
+    outs = bind(cond_p, index, *all_consts, *leaves, branches=tuple(branch_irs))
+    return tree.unflatten(out_tree, list(outs))
+
+
+def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
+    """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``, as one traced conditional.
+
+    >>> cond(x > 0, lambda x: x, lambda x: -x, x)   # |x| without a Python if on a traced value
+    """
+    pred = _as_tensor(pred)
+    if pred.shape != ():
+        raise TypeError(f"cond: the predicate must be a scalar, got shape {pred.shape}; use fnp.where for "
+                        "elementwise selection")
+    return switch(pred.astype(dtypes.bool_).astype(dtypes.int32), [false_fun, true_fun], *operands)
+
+
+def select(pred: Any, on_true: Any, on_false: Any) -> Tensor:
+    """Elementwise ``pred ? on_true : on_false`` (shapes must already match; see fnp.where)."""
+    return bind(select_p, _as_tensor(pred), _as_tensor(on_true), _as_tensor(on_false))
+
+
+def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
+    """``while cond_fun(val): val = body_fun(val)`` as one traced loop; ``val`` is any pytree.
+
+    Forward-mode differentiation works; reverse mode does not (the number of steps is unknown):
+    use ``scan`` or ``fori_loop`` with static bounds.
+    """
+    init_leaves, init_tree = tree.flatten(init_val)
+    init_leaves = [_as_tensor(x) for x in init_leaves]
+    carry_avals = [x.aval for x in init_leaves]
+    cond_ir, cond_tree, cond_consts = _trace(cond_fun, (init_val,), "while_loop cond_fun")
+    if len(cond_ir.outputs) != 1 or cond_ir.out_avals[0].shape != ():
+        raise TypeError(f"while_loop: cond_fun must return a scalar, got {avals_str(cond_ir.out_avals)}")
+    if cond_ir.out_avals[0].dtype != dtypes.bool_:
+        cond_ir = _bool_output(cond_ir)
+    body_ir, body_tree, body_consts = _trace(body_fun, (init_val,), "while_loop body_fun")
+    if body_tree != init_tree or list(body_ir.out_avals) != carry_avals:
+        raise TypeError(f"while_loop: body_fun must return the same structure and types as init_val: got "
+                        f"{body_tree} {avals_str(body_ir.out_avals)}, expected {init_tree} {avals_str(carry_avals)}")
+    outs = bind(while_p, *cond_consts, *body_consts, *init_leaves, cond_ir=cond_ir, body_ir=body_ir,
+                cond_nconsts=len(cond_consts), body_nconsts=len(body_consts))
+    return tree.unflatten(init_tree, list(outs))
+
+
+def _bool_output(ir: IR) -> IR:
+    from funcgrad.trace import trace_avals
+    from funcgrad.tensor import evaluate
+
+    def run(*args: Tensor) -> list[Tensor]:
+        (out,) = evaluate(ir, *args)
+        return [_as_tensor(out) != 0]
+    return open_ir(trace_avals(run, list(ir.in_avals), "while_loop cond_fun"))
+
+
+def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None,
+         reverse: bool = False) -> tuple[Any, Any]:
+    """Loop ``carry, y = f(carry, x)`` over the leading axis of ``xs``; returns ``(carry, stacked ys)``.
+
+    ``xs`` may be None (then ``length`` is required). Differentiable in both modes.
+    >>> scan(lambda c, x: (c + x, c), 0.0, fnp.arange(4.0))   # (6.0, [0., 0., 1., 3.])
+    """
+    init_leaves, init_tree = tree.flatten(init)
+    init_leaves = [_as_tensor(x) for x in init_leaves]
+    xs_leaves, xs_tree = tree.flatten(xs)
+    xs_leaves = [_as_tensor(x) for x in xs_leaves]
+    lengths = {x.shape[0] for x in xs_leaves if x.ndim > 0}
+    if any(x.ndim == 0 for x in xs_leaves):
+        raise ValueError("scan: every leaf of xs needs a leading axis to scan over; got a scalar")
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) > 1:
+        raise ValueError(f"scan: xs leaves and length disagree on the number of steps: {sorted(lengths)}")
+    if not lengths:
+        raise ValueError("scan: give xs or an explicit length")
+    steps = lengths.pop()
+    x_slices = [ShapedArray(x.shape[1:], x.dtype) for x in xs_leaves]
+    slice_examples = tree.unflatten(xs_tree, [_Example(a) for a in x_slices])
+    carry_examples = tree.unflatten(init_tree, [_Example(x.aval) for x in init_leaves])
+    body_ir, out_tree, consts = _trace_examples(f, (carry_examples, slice_examples), "scan body")
+    if out_tree.num_leaves == 0 or out_tree.node_type is not tuple or len(out_tree.children()) != 2:
+        raise TypeError(f"scan: f must return a pair (carry, y), got {out_tree}")
+    carry_tree, y_tree = out_tree.children()
+    carry_avals = [x.aval for x in init_leaves]
+    if carry_tree != init_tree or list(body_ir.out_avals[:len(carry_avals)]) != carry_avals:
+        raise TypeError(f"scan: f must return a carry of the same structure and types as init: got {carry_tree} "
+                        f"{avals_str(body_ir.out_avals[:len(carry_avals)])}, expected {init_tree} "
+                        f"{avals_str(carry_avals)}")
+    outs = bind(scan_p, *consts, *init_leaves, *xs_leaves, body=body_ir, length=steps, reverse=bool(reverse),
+                num_consts=len(consts), num_carry=len(init_leaves))
+    carry = tree.unflatten(init_tree, list(outs[:len(init_leaves)]))
+    return carry, tree.unflatten(y_tree, list(outs[len(init_leaves):]))
+
+
+class _Example:
+    """A stand-in leaf carrying only an aval, so scan bodies trace on slices of xs."""
+
+    def __init__(self, aval: ShapedArray) -> None:
+        self.aval = aval
+
+
+def _trace_examples(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Any]]:
+    leaves, in_tree = tree.flatten(tuple(args))
+    avals = [(leaf.aval, False) for leaf in leaves]
+    ir, out_tree = trace_flat(fn, avals, in_tree, label)
+    return open_ir(ir), out_tree, list(ir.consts)
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_val: Any) -> Any:
+    """``for i in range(lower, upper): val = body_fun(i, val)``.
+
+    With Python-int bounds it is a ``scan`` (reverse-mode differentiable); with traced bounds a
+    ``while_loop``.
+    """
+    if isinstance(lower, (int, np.integer)) and isinstance(upper, (int, np.integer)):
+        count = max(int(upper) - int(lower), 0)
+
+        def step(carry: Any, i: Any) -> tuple[Any, None]:
+            return body_fun(i, carry), None
+        from funcgrad.numpy import arange
+        if count == 0:
+            return init_val
+        carry, _ = scan(step, init_val, arange(int(lower), int(upper), dtype=dtypes.int32))
+        return carry
+    lower_t, upper_t = _as_tensor(lower).astype(dtypes.int32), _as_tensor(upper).astype(dtypes.int32)
+
+    def loop_cond(state: Any) -> Any:
+        return state[0] < upper_t
+
+    def loop_body(state: Any) -> Any:
+        i, val = state
+        return i + 1, body_fun(i, val)
+    return while_loop(loop_cond, loop_body, (lower_t, init_val))[1]
+
+
+def map(f: Callable[[Any], Any], xs: Any) -> Any:  # noqa: A001 - lax.map
+    """``stack([f(x) for x in xs])`` as a scan (sequential, constant memory in the body)."""
+    _, ys = scan(lambda carry, x: (carry, f(x)), (), xs)
+    return ys
