@@ -18,10 +18,16 @@ from funcgrad import tensor_methods as _tensor_methods  # attaches operators and
 from funcgrad import numpy
 from funcgrad import random
 from funcgrad.trace import make_ir
-from funcgrad.transforms import grad, hessian, jacfwd, jacrev, jit, jvp, linearize, value_and_grad, vjp, vmap
+from funcgrad.transforms import (
+    checkpoint, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, linearize, stop_gradient,
+    value_and_grad, vjp, vmap,
+)
+from funcgrad import lax
+
+remat = checkpoint
 
 __version__ = "0.1.0"
 
 __all__ = ["Array", "ConcretizationError", "EscapedTracerError", "IR", "ShapedArray", "Tensor",
-           "TracerError", "dtypes", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "linearize",
-           "make_ir", "numpy", "random", "tree", "value_and_grad", "vjp", "vmap"]
+           "TracerError", "checkpoint", "custom_jvp", "custom_vjp", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "linearize",
+           "lax", "make_ir", "numpy", "random", "remat", "stop_gradient", "tree", "value_and_grad", "vjp", "vmap"]

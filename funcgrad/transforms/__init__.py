@@ -6,9 +6,12 @@ call, ``funcgrad.lax`` those of control flow.
 """
 
 from funcgrad.transforms import ad_rules as _ad_rules  # noqa: F401  (registers the rules)
+from funcgrad.transforms import control_flow as _control_flow  # noqa: F401
+from funcgrad.transforms import custom as _custom  # noqa: F401
 from funcgrad.transforms import batching_rules as _batching_rules  # noqa: F401
 from funcgrad.transforms.ad import grad, hessian, jacfwd, jacrev, jvp, linearize, value_and_grad, vjp
 from funcgrad.transforms.batching import vmap
+from funcgrad.transforms.custom import checkpoint, custom_jvp, custom_vjp, eval_shape, stop_gradient
 from funcgrad.transforms.jit import jit
 
-__all__ = ["grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "linearize", "value_and_grad", "vjp", "vmap"]
+__all__ = ["checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "stop_gradient", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "linearize", "value_and_grad", "vjp", "vmap"]

@@ -47,7 +47,7 @@ def _scalar(value: Any, dtype: np.dtype) -> Any:
 def _single(args: Sequence[Any], dims: Sequence[Dim]) -> tuple[Any, int]:
     """The operand of a one-operand primitive and its batch axis (never None: vmap only calls a
     rule when some operand is batched)."""
-    x, dim = _single(args, dims)
+    (x,), (dim,) = args, dims
     assert dim is not None
     return x, dim
 

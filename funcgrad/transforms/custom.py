@@ -1,0 +1,311 @@
+"""Controlling differentiation: custom_jvp, custom_vjp, stop_gradient, checkpoint; and eval_shape.
+
+* ``custom_jvp(f)`` with ``f.defjvp(rule)``: ``f`` traces into a ``custom_jvp_call`` holding its IR
+  and the rule; evaluation runs the IR, differentiation calls the rule.
+* ``custom_vjp(f)`` with ``f.defvjp(fwd, bwd)``: under differentiation ``fwd`` runs in the forward
+  pass and the tangent map is a ``custom_lin`` equation whose transpose is ``bwd`` (as in JAX,
+  such functions support reverse mode only).
+* ``stop_gradient(x)``: the identity, with a zero derivative.
+* ``checkpoint(f)`` (remat): a ``checkpoint`` call whose partial evaluation keeps only the inputs
+  as residuals, so the backward pass recomputes ``f``'s intermediates instead of storing them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from funcgrad import tree
+from funcgrad.ir.core import IR, Eqn, ShapedArray
+from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
+from funcgrad.ir.primitives import stop_gradient_p
+from funcgrad.tensor import Tensor, bind
+from funcgrad.trace import leaf_aval, trace_flat
+from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
+from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
+from funcgrad.transforms.partial_eval import dce, partial_eval, pe_rules
+from funcgrad.transforms.transpose import is_undefined, transpose_ir, transpose_rules
+
+
+def _as_tensor(value: Any) -> Tensor:
+    from funcgrad.transforms.ad import as_tensor
+    return as_tensor(value)
+
+
+def _trace(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Tensor]]:
+    leaves, in_tree = tree.flatten(tuple(args))
+    avals = [leaf_aval(leaf, f"an argument of {label}") for leaf in leaves]
+    ir, out_tree = trace_flat(fn, avals, in_tree, label)
+    return ir, out_tree, [_as_tensor(leaf) for leaf in leaves]
+
+
+class _Named:
+    """A callable parameter that prints as its name in IR listings (and hashes by identity)."""
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        self.fn = fn
+        self.__name__ = name
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+# --- stop_gradient ------------------------------------------------------------------------------
+
+def stop_gradient(x: Any) -> Any:
+    """The identity on every leaf of ``x``, with a zero derivative (also under higher orders)."""
+    def stop(leaf: Any) -> Any:
+        leaf = _as_tensor(leaf)
+        return bind(stop_gradient_p, leaf) if is_differentiable(leaf.aval) else leaf
+    return tree.map(stop, x)
+
+
+jvp_rules[stop_gradient_p] = lambda primals, tangents: (bind(stop_gradient_p, primals[0]), None)
+batch_rules[stop_gradient_p] = lambda args, dims, *, axis_size: (bind(stop_gradient_p, args[0]), dims[0])
+
+
+# --- custom_jvp ---------------------------------------------------------------------------------
+
+class custom_jvp:  # noqa: N801 - named like JAX's decorator
+    """A function with a hand-written JVP rule.
+
+    >>> @custom_jvp
+    ... def safe_log1pexp(x): return fnp.log1p(fnp.exp(x))
+    >>> @safe_log1pexp.defjvp
+    ... def _(primals, tangents): (x,), (t,) = primals, tangents; return safe_log1pexp(x), t * fnp.sigmoid(x)
+    """
+
+    def __init__(self, fun: Callable[..., Any]) -> None:
+        self.fun = fun
+        self.jvp: Callable[..., Any] | None = None
+        functools.update_wrapper(self, fun)
+
+    def defjvp(self, jvp: Callable[..., Any]) -> Callable[..., Any]:
+        """Set the rule ``jvp(primals, tangents) -> (primal_out, tangent_out)`` (tuples of arguments)."""
+        self.jvp = jvp
+        return jvp
+
+    def __call__(self, *args: Any) -> Any:
+        if self.jvp is None:
+            raise AttributeError(f"custom_jvp function {self.__name__} has no rule; call .defjvp(rule) first")
+        name = getattr(self.fun, "__name__", "fun")
+        ir, out_tree, leaves = _trace(self.fun, args, f"custom_jvp({name})")
+        in_tree = tree.structure(tuple(args))
+        user_jvp = self.jvp
+        out_avals = ir.out_avals
+
+        def flat_jvp(primal_leaves: list[Any], tangent_leaves: list[Any]) -> tuple[list[Any], list[Any]]:
+            primals = tree.unflatten(in_tree, primal_leaves)
+            tangents = tree.unflatten(in_tree, tangent_leaves)
+            out, tangent_out = user_jvp(primals, tangents)
+            outs = [_as_tensor(o) for o in tree.leaves(out)]
+            touts = [_as_tensor(t) for t in tree.leaves(tangent_out)]
+            if len(outs) != len(out_avals) or len(touts) != len(out_avals):
+                raise TypeError(f"the custom_jvp rule of {name} must return (output, tangent) shaped like the "
+                                f"function's output {out_tree}")
+            for t, aval in zip(touts, out_avals):
+                if t.shape != aval.shape:
+                    raise TypeError(f"the custom_jvp rule of {name} returned a tangent of shape {t.shape} for an "
+                                    f"output of shape {aval.shape}")
+            return outs, [t.astype(a.dtype) if t.dtype != a.dtype else t for t, a in zip(touts, out_avals)]
+
+        outs = bind(custom_jvp_call_p, *ir.consts, *leaves, ir=open_ir(ir),
+                    jvp=_Named(flat_jvp, f"jvp_of_{name}"), num_consts=len(ir.consts), name=name)
+        return tree.unflatten(out_tree, list(outs))
+
+
+def _custom_jvp_jvp(primals: list[Any], tangents: list[Any], *, ir: IR, jvp: Any, num_consts: int,
+                    name: str) -> tuple[Any, Any]:
+    args = primals[num_consts:]
+    arg_tangents = [instantiate(t, _aval(a)) for t, a in zip(tangents[num_consts:], args)]
+    return jvp(list(args), arg_tangents)
+
+
+def _aval(value: Any) -> ShapedArray:
+    return value.aval if isinstance(value, Tensor) else ShapedArray((), value.dtype)
+
+
+def _custom_jvp_batch(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, jvp: Any, num_consts: int,
+                      name: str) -> tuple[Any, Any]:
+    from funcgrad.transforms.batching import vmap
+    args = [broadcast_batched(_as_tensor(a), d, axis_size) for a, d in zip(args, dims)]
+    batched, _ = vmap_ir(ir, [0] * len(args), axis_size, out_dims=[0] * len(ir.outputs))
+    inner = jvp
+
+    def batched_jvp(primal_leaves: list[Any], tangent_leaves: list[Any]) -> Any:
+        return vmap(lambda p, t: tuple(inner(list(p), list(t))))(list(primal_leaves), list(tangent_leaves))
+
+    n_extra = len(batched.consts)
+    outs = bind(custom_jvp_call_p, *batched.consts, *args, ir=open_ir(batched),
+                jvp=_Named(batched_jvp, f"vmap({inner.__name__})"),
+                num_consts=n_extra + num_consts, name=name)
+    return list(outs), [0] * len(outs)
+
+
+jvp_rules[custom_jvp_call_p] = _custom_jvp_jvp
+batch_rules[custom_jvp_call_p] = _custom_jvp_batch
+
+
+# --- custom_vjp ---------------------------------------------------------------------------------
+
+class custom_vjp:  # noqa: N801
+    """A function with a hand-written VJP: ``fwd(*args) -> (out, residuals)`` and
+    ``bwd(residuals, cotangent) -> tuple of one cotangent per argument``."""
+
+    def __init__(self, fun: Callable[..., Any]) -> None:
+        self.fun = fun
+        self.fwd: Callable[..., Any] | None = None
+        self.bwd: Callable[..., Any] | None = None
+        functools.update_wrapper(self, fun)
+
+    def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
+        self.fwd, self.bwd = fwd, bwd
+
+    def __call__(self, *args: Any) -> Any:
+        if self.fwd is None or self.bwd is None:
+            raise AttributeError(f"custom_vjp function {self.__name__} has no rule; call .defvjp(fwd, bwd) first")
+        name = getattr(self.fun, "__name__", "fun")
+        ir, out_tree, leaves = _trace(self.fun, args, f"custom_vjp({name})")
+        in_tree = tree.structure(tuple(args))
+        in_avals = [leaf.aval for leaf in leaves]
+        fwd, bwd = self.fwd, self.bwd
+        res_trees: list[Any] = []
+
+        def flat_fwd(arg_leaves: list[Any]) -> tuple[list[Any], list[Any]]:
+            out, residuals = fwd(*tree.unflatten(in_tree, arg_leaves))
+            res_leaves, res_tree = tree.flatten(residuals)
+            res_trees[:] = [res_tree]
+            return [_as_tensor(o) for o in tree.leaves(out)], [_as_tensor(r) for r in res_leaves]
+
+        def flat_bwd(res_leaves: list[Any], ct_leaves: list[Any]) -> list[Any]:
+            cts = bwd(tree.unflatten(res_trees[0], res_leaves), tree.unflatten(out_tree, ct_leaves))
+            if not isinstance(cts, tuple):
+                raise TypeError(f"the custom_vjp bwd of {name} must return a tuple with one cotangent per "
+                                f"argument, got {type(cts).__name__}")
+            ct_leaves_in, ct_tree = tree.flatten(cts, is_leaf=lambda x: x is None)
+            if len(cts) != in_tree.num_leaves and ct_tree.num_leaves != len(in_avals):
+                raise TypeError(f"the custom_vjp bwd of {name} returned {len(cts)} cotangents for "
+                                f"{len(args)} arguments")
+            flat = [zeros(a) if c is None else _as_tensor(c) for c, a in zip(ct_leaves_in, in_avals)]
+            for c, a in zip(flat, in_avals):
+                if c.shape != a.shape:
+                    raise TypeError(f"the custom_vjp bwd of {name} returned a cotangent of shape {c.shape} for "
+                                    f"an argument of shape {a.shape}")
+            return [c.astype(a.dtype) if c.dtype != a.dtype else c for c, a in zip(flat, in_avals)]
+
+        outs = bind(custom_vjp_call_p, *ir.consts, *leaves, ir=open_ir(ir), fwd=_Named(flat_fwd, f"fwd_{name}"),
+                    bwd=_Named(flat_bwd, f"bwd_{name}"), num_consts=len(ir.consts), name=name)
+        return tree.unflatten(out_tree, list(outs))
+
+
+def _custom_vjp_jvp(primals: list[Any], tangents: list[Any], *, ir: IR, fwd: Any, bwd: Any, num_consts: int,
+                    name: str) -> tuple[Any, Any]:
+    args = primals[num_consts:]
+    outs, residuals = fwd(list(args))
+    arg_tangents = [instantiate(t, _aval(a)) for t, a in zip(tangents[num_consts:], args)]
+    out_avals = tuple(o.aval for o in outs)
+    tangent_outs = bind(custom_lin_p, *residuals, *arg_tangents, num_residuals=len(residuals), bwd=bwd,
+                        out_avals=out_avals)
+    return outs, list(tangent_outs)
+
+
+def _custom_lin_transpose(cts: list[Any], *operands: Any, num_residuals: int, bwd: Any,
+                          out_avals: tuple[ShapedArray, ...]) -> list[Any]:
+    residuals = list(operands[:num_residuals])
+    cts = [instantiate(ct, a) for ct, a in zip(cts, out_avals)]
+    return [None] * num_residuals + list(bwd(residuals, cts))
+
+
+def _custom_vjp_batch(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, fwd: Any, bwd: Any,
+                      num_consts: int, name: str) -> tuple[Any, Any]:
+    from funcgrad.transforms.batching import vmap
+    args = [broadcast_batched(_as_tensor(a), d, axis_size) for a, d in zip(args, dims)]
+    batched, _ = vmap_ir(ir, [0] * len(args), axis_size, out_dims=[0] * len(ir.outputs))
+    n_extra = len(batched.consts)
+    # fwd and bwd see only the (now batched) arguments, so they are batched by vmap as a whole
+    batched_fwd = _Named(lambda leaves: vmap(lambda xs: tuple(fwd(list(xs))))(list(leaves)), f"vmap({fwd.__name__})")
+    batched_bwd = _Named(lambda res, cts: vmap(lambda r, c: bwd(list(r), list(c)))(list(res), list(cts)),
+                         f"vmap({bwd.__name__})")
+    outs = bind(custom_vjp_call_p, *batched.consts, *args, ir=open_ir(batched), fwd=batched_fwd, bwd=batched_bwd,
+                num_consts=n_extra + num_consts, name=name)
+    return list(outs), [0] * len(outs)
+
+
+jvp_rules[custom_vjp_call_p] = _custom_vjp_jvp
+transpose_rules[custom_lin_p] = _custom_lin_transpose
+batch_rules[custom_vjp_call_p] = _custom_vjp_batch
+
+
+# --- checkpoint (rematerialization) -------------------------------------------------------------
+
+def checkpoint(fn: Callable[..., Any], *, prevent_cse: bool = True) -> Callable[..., Any]:
+    """Wrap ``fn`` so reverse mode recomputes its intermediates in the backward pass instead of
+    storing them (trading compute for memory). Also available as ``fg.remat``."""
+    name = getattr(fn, "__name__", "fn")
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        ir, out_tree, leaves = _trace(fn, args, f"checkpoint({name})")
+        outs = bind(checkpoint_p, *ir.consts, *leaves, ir=open_ir(ir), name=name)
+        return tree.unflatten(out_tree, list(outs))
+
+    return wrapper
+
+
+def _checkpoint_jvp(primals: list[Any], tangents: list[Any], *, ir: IR, name: str) -> tuple[Any, Any]:
+    has = [t is not None for t in tangents]
+    new_ir, out_has = jvp_ir(ir, has)
+    outs = bind(checkpoint_p, *new_ir.consts, *primals, *(t for t in tangents if t is not None),
+                ir=open_ir(new_ir), name=name)
+    n = len(ir.outputs)
+    supplied = iter(outs[n:])
+    return list(outs[:n]), [next(supplied) if h else None for h in out_has]
+
+
+def _checkpoint_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eqn], list[Eqn], list[bool]]:
+    """The known side computes only the known outputs; the unknown side re-runs the whole body from
+    the inputs (its residuals are just the inputs), so nothing inside is saved."""
+    sub: IR = eqn.param_dict["ir"]
+    name = eqn.param_dict["name"]
+    known_ir, _, out_unknown, n_res = partial_eval(sub, list(unknown))
+    n_known = len(known_ir.outputs) - n_res
+    known_only = dce(IR(known_ir.in_vars, known_ir.eqns, known_ir.outputs[:n_known]))
+    known_eqn = Eqn(checkpoint_p, [a for a, u in zip(eqn.inputs, unknown) if not u],
+                    {"ir": known_only, "name": name}, [v for v, u in zip(eqn.outputs, out_unknown) if not u])
+    recompute = dce(sub, used_outputs=out_unknown)
+    unknown_eqn = Eqn(checkpoint_p, list(eqn.inputs), {"ir": recompute, "name": name},
+                      [v for v, u in zip(eqn.outputs, out_unknown) if u])
+    return [known_eqn], [unknown_eqn], out_unknown
+
+
+def _checkpoint_transpose(cts: list[Any], *operands: Any, ir: IR, name: str) -> list[Any]:
+    linear = [is_undefined(op) for op in operands]
+    transposed = transpose_ir(ir, linear)
+    values = [op for op in operands if not is_undefined(op)]
+    cts = [instantiate(ct, a) for ct, a in zip(cts, ir.out_avals)]
+    results = iter(bind(checkpoint_p, *transposed.consts, *values, *cts, ir=open_ir(transposed),
+                        name=f"transpose({name})"))
+    return [next(results) if lin else None for lin in linear]
+
+
+def _checkpoint_batch(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, name: str) -> tuple[Any, Any]:
+    batched, out_dims = vmap_ir(ir, dims, axis_size)
+    return list(bind(checkpoint_p, *batched.consts, *args, ir=open_ir(batched), name=name)), out_dims
+
+
+jvp_rules[checkpoint_p] = _checkpoint_jvp
+pe_rules[checkpoint_p] = _checkpoint_partial_eval
+transpose_rules[checkpoint_p] = _checkpoint_transpose
+batch_rules[checkpoint_p] = _checkpoint_batch
+
+
+# --- eval_shape ---------------------------------------------------------------------------------
+
+def eval_shape(fn: Callable[..., Any], *args: Any) -> Any:
+    """The output types of ``fn(*args)`` as a pytree of ``ShapedArray`` (shape, dtype); nothing runs.
+
+    >>> eval_shape(lambda x: x @ x.T, fnp.ones((3, 4)))   # ShapedArray(shape=(3, 3), dtype=float32)
+    """
+    ir, out_tree, _ = _trace(fn, args, "eval_shape")
+    return tree.unflatten(out_tree, list(ir.out_avals))
