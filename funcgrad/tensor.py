@@ -127,9 +127,11 @@ class Tensor:
     def _concrete(self, what: str) -> np.ndarray:
         if isinstance(self._data, Tracer):
             check_alive(self._data)
+            behind = self._data.builder.inputs_behind(self._data.var)
+            source = f" It depends on the traced {', '.join(behind)}." if behind else ""
             raise ConcretizationError(
                 f"{what} needs a concrete value, but this array is traced (an abstract {self.aval} "
-                f"inside {self._data.builder.label}). Python control flow on traced values cannot be "
+                f"inside {self._data.builder.label}).{source} Python control flow on traced values cannot be "
                 "recorded: use fg.lax.cond / fg.numpy.where for branches, or mark the argument static "
                 "(jit's static_argnums / static_argnames).")
         realize([self._data])

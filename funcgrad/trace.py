@@ -9,6 +9,7 @@ function closes over become constants of the IR. Outputs are flattened the same 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 from funcgrad import tree
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, ShapedArray
+from funcgrad.ir.simplify import simplify
 from funcgrad.ir.tracing import new_trace
 from funcgrad.tensor import Tensor, _atom_for
 
@@ -59,23 +61,44 @@ def as_output(value: Any) -> Tensor | np.generic:
 
 
 def trace_flat(fn: Callable[..., Any], in_avals: Sequence[tuple[ShapedArray, bool]], in_tree: Any,
-               label: str) -> tuple[IR, Any]:
+               label: str, input_names: Sequence[str] | None = None) -> tuple[IR, Any]:
     """Trace ``fn(*unflatten(in_tree, inputs))`` with one IR input per aval; returns (IR, out_tree).
 
     ``in_tree`` describes the positional argument tuple ``(args...)``.
     """
     with new_trace(label) as builder:
         inputs = [Tensor._wrap(builder.new_input(aval), weak=weak) for aval, weak in in_avals]
-        args = tree.unflatten(in_tree, inputs)
-        out = fn(*args)
+        builder.input_names.update((t._data.var.id, n) for t, n in zip(inputs, input_names or ()))
+        out = fn(*tree.unflatten(in_tree, inputs))
         out_leaves, out_tree = tree.flatten(out)
         atoms = [_atom_for(builder, as_output(leaf)) for leaf in out_leaves]
         ir = builder.build(atoms)
     return ir, out_tree
 
 
-def make_ir(fn: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Callable[..., IR]:
-    """Return a function that traces ``fn`` on example arguments and gives back its IR.
+def argument_names(fn: Callable[..., Any], args: Sequence[Any], positions: Sequence[int] | None = None,
+                   kwargs: dict[str, Any] | None = None) -> list[str]:
+    """A readable name per flattened leaf of ``(args, kwargs)`` ("argument 'params'['w']"), for error
+    messages. ``positions`` maps each of ``args`` to its position in ``fn``'s signature."""
+    try:
+        parameters = [p.name for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        parameters = []
+    names = []
+    for i, arg in enumerate(args):
+        position = positions[i] if positions is not None else i
+        label = f"argument '{parameters[position]}'" if position < len(parameters) else f"argument {position}"
+        names += [label + tree.keystr(path) for path, _ in tree.flatten_with_path(arg)]
+    for key, value in (kwargs or {}).items():
+        names += [f"argument '{key}'" + tree.keystr(path) for path, _ in tree.flatten_with_path(value)]
+    return names
+
+
+def make_ir(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
+            simplified: bool = True) -> Callable[..., IR]:
+    """Return a function that traces ``fn`` on example arguments and gives back its IR, cleaned up
+    by ``ir.simplify`` (constant folding, CSE, DCE) unless ``simplified=False``.
 
     >>> print(make_ir(lambda x: x * 2 + 1)(Tensor.ones(3)))
     { lambda a:f32[3]. let
@@ -99,8 +122,9 @@ def make_ir(fn: Callable[..., Any], static_argnums: int | Sequence[int] = ()) ->
 
         leaves, in_tree = tree.flatten(tuple(dynamic))
         avals = [leaf_aval(leaf, f"argument leaf {n}") for n, leaf in enumerate(leaves)]
-        ir, _ = trace_flat(with_statics, avals, in_tree, f"make_ir({getattr(fn, '__name__', 'fn')})")
-        return ir
+        names = argument_names(fn, dynamic, [i for i in range(len(args)) if i not in static_pos])
+        ir, _ = trace_flat(with_statics, avals, in_tree, f"make_ir({getattr(fn, '__name__', 'fn')})", names)
+        return simplify(ir) if simplified else ir
 
     return traced
 

@@ -61,6 +61,34 @@ SAMPLES.update({
 })
 
 
+def _sub_ir(fn, *avals):
+    """An open IR of ``fn`` traced on zeros of ``avals`` (for higher-order samples)."""
+    import funcgrad as fg
+    from funcgrad.ir.higher_order import open_ir
+    return open_ir(fg.make_ir(fn)(*[np.zeros(a.shape, a.dtype) for a in avals]))
+
+
+_F = ShapedArray((3,), dtypes.float32)
+_S = ShapedArray((), dtypes.float32)
+_B = ShapedArray((), dtypes.bool_)
+_vec = np.array([1.0, -2.0, 0.5], np.float32)
+SAMPLES.update({
+    "stop_gradient": ((f32,), {}),
+    "jit": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "name": "double"}),
+    "checkpoint": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "name": "double"}),
+    "custom_jvp_call": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "jvp": None, "num_consts": 0, "name": "f"}),
+    "custom_vjp_call": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "fwd": None, "bwd": None,
+                                  "num_consts": 0, "name": "f"}),
+    "custom_lin": ((_vec, _vec), {"num_residuals": 1, "bwd": None, "out_avals": (_F,)}),
+    "cond": ((np.int32(1), _vec), {"branches": (_sub_ir(lambda x: x * 2, _F), _sub_ir(lambda x: -x, _F))}),
+    "while": ((np.float32(1.0),), {"cond_ir": _sub_ir(lambda x: x < 10, _S),
+                                   "body_ir": _sub_ir(lambda x: x * 3, _S), "cond_nconsts": 0, "body_nconsts": 0}),
+    "scan": ((np.float32(0.0), _vec), {"body": _sub_ir(lambda c, x: (c + x, c * x), _S, _S), "length": 3,
+                                       "reverse": False, "num_consts": 0, "num_carry": 1}),
+})
+IMPL_RAISES = {"custom_lin": TypeError}  # only its transpose (the user's bwd) is ever evaluated
+
+
 def test_every_primitive_has_a_sample():
     assert set(SAMPLES) == set(REGISTRY), (
         f"primitives without a sample: {sorted(set(REGISTRY) - set(SAMPLES))}; "
@@ -76,6 +104,10 @@ def test_shape_rule_and_reference_impl_agree(name):
     avals = [ShapedArray(np.shape(x), np.asarray(x).dtype) for x in operands]
     expected = primitive.abstract_eval(*avals, **params)
     expected = expected if primitive.multiple_results else (expected,)
+    if name in IMPL_RAISES:
+        with pytest.raises(IMPL_RAISES[name], match="forward-mode"):
+            primitive.impl(*operands, **params)
+        return
     with np.errstate(all="ignore"):
         results = primitive.impl(*operands, **params)
     results = results if primitive.multiple_results else (results,)

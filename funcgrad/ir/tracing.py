@@ -76,6 +76,15 @@ class IRBuilder:
         self.const_vars: list[Var] = []
         self.consts: list[Any] = []
         self._const_index: dict[int, Var] = {}  # id(value) -> its const var
+        self.input_names: dict[int, str] = {}  # var id -> the user's name for that input
+
+    def inputs_behind(self, var: Var) -> list[str]:
+        """Names of the inputs ``var`` depends on (for error messages)."""
+        needed = {var.id}
+        for eqn in reversed(self.eqns):
+            if any(v.id in needed for v in eqn.outputs):
+                needed.update(a.id for a in eqn.inputs if isinstance(a, Var))
+        return [self.input_names.get(v.id, f"input {i}") for i, v in enumerate(self.in_vars) if v.id in needed]
 
     def new_input(self, aval: ShapedArray) -> Tracer:
         var = Var(aval)

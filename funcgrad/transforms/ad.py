@@ -21,7 +21,7 @@ from funcgrad import tree
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR
 from funcgrad.tensor import Tensor, evaluate
-from funcgrad.trace import leaf_aval, trace_flat
+from funcgrad.trace import argument_names, leaf_aval, trace_flat
 from funcgrad.transforms.jvp import is_differentiable, jvp_ir, zeros
 from funcgrad.transforms.partial_eval import partial_eval
 from funcgrad.transforms.transpose import transpose_ir
@@ -39,7 +39,7 @@ def trace_function(fn: Callable[..., Any], args: Sequence[Any], label: str) -> t
     """Trace ``fn(*args)``; returns (IR, output tree, flat input leaves as Tensors)."""
     leaves, in_tree = tree.flatten(tuple(args))
     avals = [leaf_aval(leaf, f"argument leaf {i} of {label}") for i, leaf in enumerate(leaves)]
-    ir, out_tree = trace_flat(fn, avals, in_tree, label)
+    ir, out_tree = trace_flat(fn, avals, in_tree, label, argument_names(fn, args))
     return ir, out_tree, [as_tensor(leaf) for leaf in leaves]
 
 

@@ -24,7 +24,8 @@ from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import leaf_aval, trace_flat
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
 from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
-from funcgrad.transforms.partial_eval import dce, partial_eval, pe_rules
+from funcgrad.ir.simplify import dce
+from funcgrad.transforms.partial_eval import partial_eval, pe_rules
 from funcgrad.transforms.transpose import is_undefined, transpose_ir, transpose_rules
 
 

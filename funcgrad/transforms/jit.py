@@ -20,8 +20,9 @@ from typing import Any
 from funcgrad import tree
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.higher_order import jit_p, open_ir
+from funcgrad.ir.simplify import simplify
 from funcgrad.tensor import Tensor, bind
-from funcgrad.trace import leaf_aval, trace_flat
+from funcgrad.trace import argument_names, leaf_aval, trace_flat
 from funcgrad.transforms.batching import batch_rules, vmap_ir
 from funcgrad.transforms.jvp import instantiate, jvp_ir, jvp_rules
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
@@ -90,7 +91,10 @@ class Jitted:
         entry = self._cache.get(key)
         if entry is None:
             self._explain_retrace(key, [tree.keystr(p) for p, _ in with_paths])
-            traced, out_tree = trace_flat(call_with, avals, in_tree, f"jit({self.name})")
+            names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in
+                                                          {n % len(args) for n in self.static_argnums}], dynamic[1])
+            traced, out_tree = trace_flat(call_with, avals, in_tree, f"jit({self.name})", names)
+            traced = simplify(traced)
             entry = (open_ir(traced), out_tree, list(traced.consts))
             self.trace_count += 1
             if not any(isinstance(c, Tensor) and c.is_traced for c in traced.consts):

@@ -11,7 +11,7 @@ jit call on both sides). Residuals are the known values the unknown equations re
 
 Reverse mode is ``jvp`` -> ``partial_eval`` with the tangents unknown (``linearize``) -> transpose
 of the unknown part: the known IR is the forward pass, the residuals what it saves for the backward
-pass. ``dce`` (dead-code elimination) lives here too, since every split leaves dead equations.
+pass. Every split leaves dead equations; ``dce`` (in ``ir/simplify.py``) removes them.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ from typing import Any
 
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.primitives import Primitive
+from funcgrad.ir.simplify import dce
 
 # rule(eqn, unknown_inputs) -> (known_eqns, unknown_eqns, unknown_outputs: list[bool])
 PartialEvalRule = Callable[[Eqn, Sequence[bool]], tuple[list[Eqn], list[Eqn], list[bool]]]
 pe_rules: dict[Primitive, PartialEvalRule] = {}
-
-# primitives with effects that DCE must keep even when their outputs are unused (none yet)
-effectful: set[Primitive] = set()
 
 
 def partial_eval(ir: IR, unknown_inputs: Sequence[bool],
@@ -81,19 +79,3 @@ def partial_eval(ir: IR, unknown_inputs: Sequence[bool],
     unknown_ir = dce(IR(residual_vars + unknown_inputs_vars, unknown_eqns,
                         [a for a, u in zip(ir.outputs, out_unknown) if u]))
     return known_ir, unknown_ir, out_unknown, len(residual_vars)
-
-
-def dce(ir: IR, used_outputs: Sequence[bool] | None = None) -> IR:
-    """Drop equations whose results are never used (and outputs not in ``used_outputs``).
-    Inputs are kept so the calling convention does not change; unused consts are dropped."""
-    outputs = ir.outputs if used_outputs is None else [a for a, u in zip(ir.outputs, used_outputs) if u]
-    live: set[int] = {a.id for a in outputs if isinstance(a, Var)}
-    kept: list[Eqn] = []
-    for eqn in reversed(ir.eqns):
-        if eqn.primitive in effectful or any(v.id in live for v in eqn.outputs):
-            kept.append(eqn)
-            live.update(a.id for a in eqn.inputs if isinstance(a, Var))
-    kept.reverse()
-    consts = [(v, c) for v, c in zip(ir.const_vars, ir.consts) if v.id in live]
-    return IR(ir.in_vars, kept, outputs, [v for v, _ in consts], [c for _, c in consts])
-

@@ -1,0 +1,121 @@
+"""IR clean-up passes: constant folding, algebraic identities, common-subexpression elimination
+and dead-code elimination, run together by ``simplify``.
+
+Transforms produce correct but wordy IRs (a gradient recomputes values the forward pass had, a
+jvp multiplies by one); ``make_ir`` and ``jit`` simplify what they trace so listings read like the
+hand-written program. Every rewrite keeps the result bit-for-bit: ``x + 0.0`` is *not* rewritten
+(it turns -0.0 into 0.0), ``x * 1.0`` is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from funcgrad.ir import primitives as P
+from funcgrad.ir.core import IR, Eqn, Literal, Var
+from funcgrad.ir.primitives import Primitive
+
+# primitives with effects that DCE must keep even when their outputs are unused (none yet)
+effectful: set[Primitive] = set()
+
+_NO_CSE = {"checkpoint", "custom_vjp_call", "custom_jvp_call", "custom_lin"}
+
+
+def _is_literal(atom: Any, value: float) -> bool:
+    return isinstance(atom, Literal) and not isinstance(atom.value, np.bool_) and atom.value == value
+
+
+def _identity_operand(eqn: Eqn) -> Any:
+    """The input an equation merely passes through, or None."""
+    prim, ins, out = eqn.primitive, eqn.inputs, eqn.outputs[0] if eqn.outputs else None
+    if out is None or prim.multiple_results:
+        return None
+    if prim is P.mul_p:
+        for keep, other in ((ins[0], ins[1]), (ins[1], ins[0])):
+            if _is_literal(other, 1) and keep.aval == out.aval:
+                return keep
+    if prim in (P.sub_p, P.div_p) and _is_literal(ins[1], 0 if prim is P.sub_p else 1) and ins[0].aval == out.aval:
+        return ins[0]  # x - 0 and x / 1 are exact, -0.0 included
+    if prim in (P.reshape_p, P.broadcast_in_dim_p, P.convert_element_type_p, P.transpose_p) \
+            and ins[0].aval == out.aval:
+        params = eqn.param_dict
+        if prim is P.transpose_p and params["permutation"] != tuple(range(out.aval.ndim)):
+            return None
+        if prim is P.broadcast_in_dim_p and params["broadcast_dimensions"] != tuple(range(out.aval.ndim)):
+            return None
+        return ins[0]
+    return None
+
+
+def _fold(eqn: Eqn) -> Literal | None:
+    """Evaluate a scalar equation whose inputs are all literals."""
+    if eqn.primitive.multiple_results or not eqn.inputs or not all(isinstance(a, Literal) for a in eqn.inputs):
+        return None
+    out = eqn.outputs[0]
+    if out.aval.shape != ():
+        return None
+    with np.errstate(all="ignore"):
+        value = np.asarray(eqn.primitive.impl(*(a.value for a in eqn.inputs), **eqn.param_dict))
+    return Literal(value.astype(out.aval.dtype)[()], out.aval)
+
+
+def _atom_key(atom: Any) -> Any:
+    if isinstance(atom, Literal):
+        return ("literal", atom.aval.dtype.name, atom.value.item())
+    return ("var", atom.id)
+
+
+def simplify(ir: IR) -> IR:
+    """Fold constants, drop identities, merge duplicate equations, remove dead code."""
+    substitution: dict[int, Any] = {}
+
+    def resolve(atom: Any) -> Any:
+        while isinstance(atom, Var) and atom.id in substitution:
+            atom = substitution[atom.id]
+        return atom
+
+    seen: dict[Any, Eqn] = {}
+    kept: list[Eqn] = []
+    for eqn in ir.eqns:
+        eqn = Eqn(eqn.primitive, [resolve(a) for a in eqn.inputs], eqn.params, eqn.outputs)
+        folded = _fold(eqn)
+        if folded is not None:
+            substitution[eqn.outputs[0].id] = folded
+            continue
+        passthrough = _identity_operand(eqn)
+        if passthrough is not None:
+            substitution[eqn.outputs[0].id] = passthrough
+            continue
+        if eqn.primitive.name not in _NO_CSE:
+            key = (eqn.primitive.name, tuple(_atom_key(a) for a in eqn.inputs), eqn.params)
+            try:
+                previous = seen.get(key)
+            except TypeError:  # an unhashable parameter: leave it alone
+                previous, key = None, None
+            if previous is not None:
+                for old, new in zip(eqn.outputs, previous.outputs):
+                    substitution[old.id] = new
+                continue
+            if key is not None:
+                seen[key] = eqn
+        kept.append(eqn)
+    outputs = [resolve(a) for a in ir.outputs]
+    return dce(IR(ir.in_vars, kept, outputs, ir.const_vars, ir.consts))
+
+
+def dce(ir: IR, used_outputs: Sequence[bool] | None = None) -> IR:
+    """Drop equations whose results are never used (and outputs not in ``used_outputs``).
+    Inputs are kept so the calling convention does not change; unused consts are dropped."""
+    outputs = ir.outputs if used_outputs is None else [a for a, u in zip(ir.outputs, used_outputs) if u]
+    live: set[int] = {a.id for a in outputs if isinstance(a, Var)}
+    kept: list[Eqn] = []
+    for eqn in reversed(ir.eqns):
+        if eqn.primitive in effectful or any(v.id in live for v in eqn.outputs):
+            kept.append(eqn)
+            live.update(a.id for a in eqn.inputs if isinstance(a, Var))
+    kept.reverse()
+    consts = [(v, c) for v, c in zip(ir.const_vars, ir.consts) if v.id in live]
+    return IR(ir.in_vars, kept, outputs, [v for v, _ in consts], [c for _, c in consts])
+
