@@ -32,9 +32,10 @@ boolean = np.array([[True, False, True], [False, False, True]])
 cube = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7 - 1
 
 _UNARY_FLOAT = ["exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
-                "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf", "floor",
-                "ceil", "round", "is_finite", "neg", "abs", "sign", "stop_gradient"]
-_BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "eq", "ne", "lt", "le", "gt", "ge"]
+                "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf",
+                "floor", "ceil", "round", "is_finite", "neg", "abs", "sign", "stop_gradient"]
+_BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2",
+           "eq", "ne", "lt", "le", "gt", "ge"]
 
 # case label -> (primitive name, operands of one example, params)
 CASES: dict[str, tuple[str, tuple, dict]] = {name: (name, (positive,), {}) for name in _UNARY_FLOAT}
@@ -84,7 +85,8 @@ CASES.update({  # the corners of the rules
     "reduce_max_all": ("reduce_max", (cube,), {"axes": (0, 1, 2)}),
     "transpose_rank3": ("transpose", (cube,), {"permutation": (2, 0, 1)}),
     "reshape_rank3": ("reshape", (cube,), {"new_sizes": (4, 6)}),
-    "broadcast_in_dim_middle": ("broadcast_in_dim", (f32[:, :1],), {"shape": (2, 5, 3), "broadcast_dimensions": (0, 2)}),
+    "broadcast_in_dim_middle": ("broadcast_in_dim", (f32[:, :1],),
+                                {"shape": (2, 5, 3), "broadcast_dimensions": (0, 2)}),
     "pad_rank1": ("pad", (u32, np.uint32(9)), {"low": (2,), "high": (1,)}),
     "slice_rank3": ("slice", (cube,), {"start": (1, 0, 1), "limit": (2, 3, 4), "strides": (1, 2, 2)}),
     "flip_rank3": ("flip", (cube,), {"axes": (0, 2)}),
@@ -92,7 +94,8 @@ CASES.update({  # the corners of the rules
     "dynamic_slice_rank3": ("dynamic_slice", (cube, np.int32(0), np.int32(2), np.int32(-3)),
                             {"slice_sizes": (2, 1, 3)}),
     "dynamic_update_slice_clamped": ("dynamic_update_slice",
-                                     (cube, -np.ones((1, 2, 2), np.float32), np.int32(4), np.int32(1), np.int32(3)),
+                                     (cube, -np.ones((1, 2, 2), np.float32),
+                                      np.int32(4), np.int32(1), np.int32(3)),
                                      {}),
     "gather_one_axis": ("gather", (cube, np.array([[[2], [0]], [[1], [3]]], np.int32)), {"axes": (2,)}),
     "gather_clamped": ("gather", (f32, np.array([[5, -2], [1, 1], [0, 9]], np.int32)), {"axes": (1, 0)}),
@@ -104,9 +107,12 @@ CASES.update({  # the corners of the rules
                             {"axes": (0,), "mode": "mul"}),
     "dot_general_batched": ("dot_general", (cube, cube[:, :, :2].copy()),
                             {"contracting": ((1,), (1,)), "batch": ((0,), (0,))}),
-    "dot_general_matmul": ("dot_general", (f32, positive.T.copy()), {"contracting": ((1,), (0,)), "batch": ((), ())}),
-    "dot_general_outer": ("dot_general", (u32.astype(np.int32), i32[0]), {"contracting": ((), ()), "batch": ((), ())}),
-    "sort_two_keys_descending": ("sort", (i32 % 2, f32, i32), {"dimension": 1, "num_keys": 2, "descending": True}),
+    "dot_general_matmul": ("dot_general", (f32, positive.T.copy()),
+                           {"contracting": ((1,), (0,)), "batch": ((), ())}),
+    "dot_general_outer": ("dot_general", (u32.astype(np.int32), i32[0]),
+                          {"contracting": ((), ()), "batch": ((), ())}),
+    "sort_two_keys_descending": ("sort", (i32 % 2, f32, i32),
+                                 {"dimension": 1, "num_keys": 2, "descending": True}),
     "argmax_rank3": ("argmax", (cube,), {"axis": 2, "index_dtype": dtypes.int32}),
     "cumsum_rank3": ("cumsum", (cube,), {"axis": 0, "reverse": True}),
 })
@@ -119,7 +125,8 @@ def _examples(x: Any, axis: int | None, batch: int, rng: np.random.Generator) ->
     if axis is None:
         return x
     if np.ndim(x) == 0:
-        values = [np.asarray(x.item() ^ (k % 2) if x.dtype == np.bool_ else x + k, x.dtype) for k in range(batch)]
+        values = [np.asarray(x.item() ^ (k % 2) if x.dtype == np.bool_ else x + k, x.dtype)
+                  for k in range(batch)]
     else:
         values = [rng.permutation(x.ravel()).reshape(x.shape) for _ in range(batch)]
     return np.stack(values, axis=axis)
@@ -161,7 +168,7 @@ def check_against_loop(name: str, operands: tuple, params: dict, axes: list[int 
         eager, traced = [eager], [traced]
     for got_eager, got_traced, want in zip(eager, traced, expected):
         for got in (np.asarray(got_eager), np.asarray(got_traced)):
-            assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)
+            assert (got.shape, got.dtype) == (want.shape, want.dtype)
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
@@ -192,7 +199,8 @@ def _partial_patterns() -> list[tuple[str, tuple[int, ...]]]:
 @pytest.mark.parametrize("label,batched", _partial_patterns())
 def test_some_operands_unbatched(label, batched):
     name, operands, params = CASES[label]
-    axes = [_position(x, "last" if i % 2 else "middle") if i in batched else None for i, x in enumerate(operands)]
+    axes = [_position(x, "last" if i % 2 else "middle") if i in batched else None
+            for i, x in enumerate(operands)]
     check_against_loop(name, operands, params, axes, seed=len(batched))
 
 
@@ -265,7 +273,8 @@ def _hypothesis_check(name: str, operands: list[np.ndarray], axes: list[int | No
 
 
 @settings(max_examples=15, deadline=None)
-@given(batched_case(2), st.sampled_from(["add", "mul", "max", "atan2", "lt"]), st.booleans(), st.integers(0, 99))
+@given(batched_case(2), st.sampled_from(["add", "mul", "max", "atan2", "lt"]), st.booleans(),
+       st.integers(0, 99))
 def test_binary_elementwise_over_random_shapes(case, name, scalar_second, seed):
     shape, axes, size = case
     rng = np.random.default_rng(seed)
@@ -284,7 +293,8 @@ def test_unary_elementwise_over_random_shapes(case, name, seed):
 
 
 @settings(max_examples=15, deadline=None)
-@given(batched_case(1), st.sampled_from(["reduce_sum", "reduce_max", "argmin", "cumsum", "cummax"]), st.data())
+@given(batched_case(1), st.sampled_from(["reduce_sum", "reduce_max", "argmin", "cumsum", "cummax"]),
+       st.data())
 def test_reductions_over_random_shapes(case, name, data):
     shape, axes, size = case
     if not shape:
@@ -319,7 +329,8 @@ def test_movement_over_random_shapes(case, name, data):
     elif name == "slice":
         start = tuple(data.draw(st.integers(0, d)) for d in shape)
         limit = tuple(data.draw(st.integers(s, d)) for s, d in zip(start, shape))
-        params = {"start": start, "limit": limit, "strides": tuple(data.draw(st.integers(1, 2)) for _ in shape)}
+        strides = tuple(data.draw(st.integers(1, 2)) for _ in shape)
+        params = {"start": start, "limit": limit, "strides": strides}
     elif name == "flip":
         params = {"axes": tuple(sorted(data.draw(st.sets(st.integers(0, max(ndim - 1, 0)), max_size=ndim))))}
     else:

@@ -36,6 +36,11 @@ def _identity_operand(eqn: Eqn) -> Any:
         for keep, other in ((ins[0], ins[1]), (ins[1], ins[0])):
             if _is_literal(other, 1) and keep.aval == out.aval:
                 return keep
+    if prim is P.pow_p and _is_literal(ins[1], 1) and ins[0].aval == out.aval:
+        return ins[0]
+    if prim is P.select_p and isinstance(ins[0], Literal):
+        chosen = ins[1] if bool(ins[0].value) else ins[2]
+        return chosen if chosen.aval == out.aval else None
     if prim in (P.sub_p, P.div_p) and _is_literal(ins[1], 0 if prim is P.sub_p else 1) and ins[0].aval == out.aval:
         return ins[0]  # x - 0 and x / 1 are exact, -0.0 included
     if prim in (P.reshape_p, P.broadcast_in_dim_p, P.convert_element_type_p, P.transpose_p) \

@@ -138,6 +138,9 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
             raise ValueError(f"vjp: the cotangent has structure {ct_tree} but the output has {lin.out_tree}")
         checked = []
         for i, (ct, aval) in enumerate(zip(ct_leaves, lin.out_avals)):
+            if isinstance(ct, np.generic) and ct.dtype == aval.dtype:
+                checked.append(ct)  # stays an inline literal in traced IRs (grad's seed 1.0)
+                continue
             ct = as_tensor(ct)
             if ct.shape != aval.shape:
                 raise ValueError(f"vjp: cotangent {i} has shape {ct.shape}, the output has shape {aval.shape}")

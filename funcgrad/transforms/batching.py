@@ -19,6 +19,7 @@ from typing import Any
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive, broadcast_in_dim_p, transpose_p
 from funcgrad.tensor import Tensor, bind
+from funcgrad.ir.simplify import simplify
 from funcgrad.trace import trace_avals
 
 BatchRule = Callable[..., tuple[Any, Any]]
@@ -110,7 +111,7 @@ def vmap_ir(ir: IR, in_dims: Sequence[int | None], axis_size: int,
         return outs
 
     avals = [batched_aval(v.aval, d, axis_size) for v, d in zip(ir.in_vars, in_dims)]
-    return trace_avals(run, avals, "vmap"), found_dims
+    return simplify(trace_avals(run, avals, "vmap")), found_dims
 
 
 def _normalize_in_axis(axis: Any, ndim: int, where: str) -> int | None:

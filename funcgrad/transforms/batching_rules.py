@@ -95,7 +95,7 @@ _ELEMENTWISE = [
     P.neg_p, P.abs_p, P.sign_p, P.exp_p, P.log_p, P.exp2_p, P.log2_p, P.expm1_p, P.log1p_p, P.sin_p,
     P.cos_p, P.tan_p, P.asin_p, P.acos_p, P.atan_p, P.sinh_p, P.cosh_p, P.tanh_p, P.asinh_p, P.acosh_p,
     P.atanh_p, P.sqrt_p, P.rsqrt_p, P.logistic_p, P.erf_p, P.floor_p, P.ceil_p, P.round_p, P.is_finite_p,
-    P.not_p, P.stop_gradient_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.rem_p, P.pow_p, P.max_p, P.min_p,
+    P.not_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.rem_p, P.pow_p, P.max_p, P.min_p,
     P.atan2_p, P.and_p, P.or_p, P.xor_p, P.shift_left_p, P.shift_right_p, P.eq_p, P.ne_p, P.lt_p,
     P.le_p, P.gt_p, P.ge_p, P.select_p, P.convert_element_type_p, P.bitcast_convert_type_p, P.threefry2x32_p,
 ]

@@ -50,8 +50,8 @@ class Jitted:
         self.trace_count = 0
         self._cache: dict[Any, tuple[IR, Any, list[Any]]] = {}
         self._last_key: Any = None
-        self._last_leaf_names: list[str] = []
-        functools.update_wrapper(self, fn)
+        # copy the name and docstring only: updating __dict__ would copy the state of a wrapped Jitted
+        functools.update_wrapper(self, fn, updated=())
 
     @property
     def name(self) -> str:
@@ -84,15 +84,14 @@ class Jitted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dynamic, static_values, call_with = self._split(args, kwargs)
-        with_paths = tree.flatten_with_path(dynamic)
         leaves, in_tree = tree.flatten(dynamic)
-        avals = [leaf_aval(leaf, f"argument{tree.keystr(path)}") for (path, _), leaf in zip(with_paths, leaves)]
+        avals = [leaf_aval(leaf, f"argument leaf {i}") for i, leaf in enumerate(leaves)]
         key = (in_tree, tuple(avals), static_values)
         entry = self._cache.get(key)
         if entry is None:
-            self._explain_retrace(key, [tree.keystr(p) for p, _ in with_paths])
             names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in
                                                           {n % len(args) for n in self.static_argnums}], dynamic[1])
+            self._explain_retrace(key, names)
             traced, out_tree = trace_flat(call_with, avals, in_tree, f"jit({self.name})", names)
             traced = simplify(traced)
             entry = (open_ir(traced), out_tree, list(traced.consts))
@@ -106,13 +105,13 @@ class Jitted:
         return tree.unflatten(out_tree, list(outs))
 
     def _explain_retrace(self, key: Any, leaf_names: list[str]) -> None:
-        previous, previous_names = self._last_key, self._last_leaf_names
-        self._last_key, self._last_leaf_names = key, leaf_names
+        previous = self._last_key
+        self._last_key = key
         if previous is None or _debug_level() < 1:
             return
         reason = "the argument structure changed"
         if previous[0] == key[0]:
-            changed = [f"argument{name}: {old[0]} -> {new[0]}" for name, old, new in
+            changed = [f"{name}: {old[0]} -> {new[0]}" for name, old, new in
                        zip(leaf_names, previous[1], key[1]) if old != new]
             if changed:
                 reason = "; ".join(changed)

@@ -22,6 +22,7 @@ from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive
 from funcgrad.tensor import Tensor, bind
+from funcgrad.ir.simplify import simplify
 from funcgrad.trace import trace_avals
 
 JvpRule = Callable[..., tuple[Any, Any]]
@@ -100,4 +101,4 @@ def jvp_ir(ir: IR, has_tangent: Sequence[bool], instantiate_outputs: bool | Sequ
         return list(outs) + [t for t in out_tangents if t is not None]
 
     avals = list(ir.in_avals) + [v.aval for v, h in zip(ir.in_vars, has_tangent) if h]
-    return trace_avals(run, avals, "jvp"), out_has_tangent
+    return simplify(trace_avals(run, avals, "jvp")), out_has_tangent

@@ -21,6 +21,7 @@ import attrs
 from funcgrad.ir.core import IR, Literal, ShapedArray, Var
 from funcgrad.ir.primitives import Primitive, add_p
 from funcgrad.tensor import Tensor, bind
+from funcgrad.ir.simplify import simplify
 from funcgrad.trace import trace_avals
 from funcgrad.transforms.jvp import instantiate
 
@@ -113,4 +114,4 @@ def transpose_ir(ir: IR, linear: Sequence[bool]) -> IR:
         results = backward_pass(ir, linear, values, list(cts))
         return [instantiate(ct, aval) for ct, aval in zip(results, linear_avals)]
 
-    return trace_avals(run, nonlinear_avals + list(ir.out_avals), "transpose")
+    return simplify(trace_avals(run, nonlinear_avals + list(ir.out_avals), "transpose"))
