@@ -1,5 +1,5 @@
-"""Batching (vmap) rules of the first-order primitives, one per primitive (``jit`` has its own in
-``jit.py``).
+"""Batching (vmap) rules of the first-order primitives, one per primitive (the call and control-flow
+primitives keep theirs in ``jit.py``, ``control_flow.py`` and ``custom.py``, with stop_gradient).
 
 A rule is ``rule(args, dims, *, axis_size, **params) -> (out, out_dim)`` (lists for primitives
 with several results): ``dims[i]`` is the batch axis of ``args[i]``, or ``None`` when the value is
@@ -189,14 +189,20 @@ def _pad_batch(args: list[Any], dims: list[Dim], *, axis_size: int, low: tuple[i
     x = broadcast_batched(x, x_dim, axis_size)
     value = move_to_front(value, value_dim)
     padded = bind(P.pad_p, x, _scalar(0, x.dtype), low=(0,) + tuple(low), high=(0,) + tuple(high))
-    inside = None
-    for axis, (lo, size) in enumerate(zip(low, x.shape[1:]), start=1):
+    conditions = []  # where the element comes from x (only the bounds that have padding beyond them)
+    for axis, (lo, hi, size) in enumerate(zip(low, high, x.shape[1:]), start=1):
+        if lo == hi == 0:
+            continue
         position = bind(P.iota_p, dtype=dtypes.int32, shape=padded.shape, dimension=axis)
-        after_low = bind(P.ge_p, position, np.int32(lo))
-        here = bind(P.and_p, after_low, bind(P.lt_p, position, np.int32(lo + size)))
-        inside = here if inside is None else bind(P.and_p, inside, here)
-    if inside is None:  # rank-0 operand: nothing to pad
+        if lo > 0:
+            conditions.append(bind(P.ge_p, position, np.int32(lo)))
+        if hi > 0:
+            conditions.append(bind(P.lt_p, position, np.int32(lo + size)))
+    if not conditions:  # no padding at all
         return padded, 0
+    inside = conditions[0]
+    for condition in conditions[1:]:
+        inside = bind(P.and_p, inside, condition)
     fill = bind(P.broadcast_in_dim_p, value, shape=padded.shape, broadcast_dimensions=(0,))
     return bind(P.select_p, inside, padded, fill), 0
 

@@ -334,8 +334,9 @@ def _scan_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eqn], li
 def _scan_transpose(cts: list[Any], *operands: Any, body: IR, length: int, reverse: bool, num_consts: int,
                     num_carry: int) -> list[Any]:
     consts, carry, xs = _scan_split(list(operands), num_consts, num_carry)
-    if not all(is_undefined(c) for c in carry):
-        raise NotImplementedError("transposing a scan whose carry is partly non-linear is not supported")
+    # A defined carry here is an instantiated zero tangent (a known initial value of a carry that later
+    # becomes linear): the scan is linear in it all the same, and its own cotangent is not needed.
+    carry_defined = [not is_undefined(c) for c in carry]
     const_lin = [is_undefined(c) for c in consts]
     xs_lin = [is_undefined(x) for x in xs]
     body_t = transpose_ir(body, const_lin + [True] * num_carry + xs_lin)
@@ -367,7 +368,8 @@ def _scan_transpose(cts: list[Any], *operands: Any, body: IR, length: int, rever
                 *defined_xs, *ct_ys, body=open_ir(step_ir), length=length, reverse=not reverse,
                 num_consts=len(step_ir.consts) + n_dc, num_carry=n_lc + num_carry)
     const_cts, carry_cts, xs_cts = iter(outs[:n_lc]), list(outs[n_lc:n_lc + num_carry]), iter(outs[n_lc + num_carry:])
-    return ([next(const_cts) if lin else None for lin in const_lin] + carry_cts
+    return ([next(const_cts) if lin else None for lin in const_lin]
+            + [None if defined else ct for ct, defined in zip(carry_cts, carry_defined)]
             + [next(xs_cts) if lin else None for lin in xs_lin])
 
 

@@ -310,3 +310,14 @@ def eval_shape(fn: Callable[..., Any], *args: Any) -> Any:
     """
     ir, out_tree, _ = _trace(fn, args, "eval_shape")
     return tree.unflatten(out_tree, list(ir.out_avals))
+
+
+def _custom_lin_unsupported(*args: Any, **params: Any) -> Any:
+    from funcgrad.ir.higher_order import _custom_lin_impl
+    return _custom_lin_impl()
+
+
+# custom_lin only exists between linearization and transposition; jvp or vmap of it means forward
+# mode reached a custom_vjp function, which has no forward rule
+jvp_rules[custom_lin_p] = _custom_lin_unsupported
+batch_rules[custom_lin_p] = _custom_lin_unsupported
