@@ -137,24 +137,22 @@ def check_second_order(fn: Callable[..., Any], xs: list[np.ndarray], seed: int =
 
 # --- cases: float64 invocations of every differentiable primitive -------------------------------
 
-_rng = np.random.default_rng(42)
+_rng = np.random.default_rng(42)  # the fixed cases; hypothesis tests seed their own generator
 
 
-def _uniform(low: float, high: float, shape: tuple[int, ...] = (2, 3)) -> np.ndarray:
-    return _rng.uniform(low, high, shape)
+def _uniform(low: float, high: float, shape: tuple[int, ...] = (2, 3), rng: Any = None) -> np.ndarray:
+    return np.asarray((rng or _rng).uniform(low, high, shape), np.float64)
 
 
-def _away_from_zero(shape: tuple[int, ...] = (2, 3)) -> np.ndarray:
-    return _rng.choice([-1.0, 1.0], shape) * _rng.uniform(0.3, 2.0, shape)
+def _away_from_zero(shape: tuple[int, ...] = (2, 3), rng: Any = None) -> np.ndarray:
+    rng = rng or _rng
+    return np.asarray(rng.choice([-1.0, 1.0], shape) * rng.uniform(0.3, 2.0, shape), np.float64)
 
 
-DOMAINS: dict[str, Callable[[tuple[int, ...]], np.ndarray]] = {
-    "log": lambda s: _uniform(0.5, 2, s), "log2": lambda s: _uniform(0.5, 2, s),
-    "sqrt": lambda s: _uniform(0.5, 2, s), "rsqrt": lambda s: _uniform(0.5, 2, s),
-    "log1p": lambda s: _uniform(-0.5, 2, s), "asin": lambda s: _uniform(-0.8, 0.8, s),
-    "acos": lambda s: _uniform(-0.8, 0.8, s), "atanh": lambda s: _uniform(-0.8, 0.8, s),
-    "acosh": lambda s: _uniform(1.2, 3, s), "tan": lambda s: _uniform(-1.2, 1.2, s),
-    "abs": _away_from_zero,
+# input ranges away from singularities and non-differentiable points: (low, high)
+DOMAINS: dict[str, tuple[float, float]] = {
+    "log": (0.5, 2), "log2": (0.5, 2), "sqrt": (0.5, 2), "rsqrt": (0.5, 2), "log1p": (-0.5, 2),
+    "asin": (-0.8, 0.8), "acos": (-0.8, 0.8), "atanh": (-0.8, 0.8), "acosh": (1.2, 3), "tan": (-1.2, 1.2),
 }
 UNARY = ["neg", "abs", "sign", "exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin",
          "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf",
@@ -162,18 +160,20 @@ UNARY = ["neg", "abs", "sign", "exp", "log", "exp2", "log2", "expm1", "log1p", "
 BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2"]
 
 
-def _unary_input(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    return DOMAINS.get(name, lambda s: _uniform(-2, 2, s))(shape)
+def _unary_input(name: str, shape: tuple[int, ...], rng: Any = None) -> np.ndarray:
+    if name == "abs":
+        return _away_from_zero(shape, rng)
+    return _uniform(*DOMAINS.get(name, (-2, 2)), shape, rng)
 
 
-def _binary_inputs(name: str, shape_x: tuple[int, ...], shape_y: tuple[int, ...]) -> list[np.ndarray]:
+def _binary_inputs(name: str, shape_x: tuple[int, ...], shape_y: tuple[int, ...], rng: Any = None) -> list[np.ndarray]:
     if name == "pow":
-        return [_uniform(0.5, 2, shape_x), _uniform(-1.5, 1.5, shape_y)]
+        return [_uniform(0.5, 2, shape_x, rng), _uniform(-1.5, 1.5, shape_y, rng)]
     if name == "rem":
-        return [_uniform(0.5, 5, shape_x), _uniform(0.7, 1.3, shape_y)]
+        return [_uniform(0.5, 5, shape_x, rng), _uniform(0.7, 1.3, shape_y, rng)]
     if name == "div":
-        return [_uniform(-2, 2, shape_x), _away_from_zero(shape_y)]
-    return [_uniform(-2, 2, shape_x), _uniform(-2, 2, shape_y)]
+        return [_uniform(-2, 2, shape_x, rng), _away_from_zero(shape_y, rng)]
+    return [_uniform(-2, 2, shape_x, rng), _uniform(-2, 2, shape_y, rng)]
 
 
 def _i32(values: Any) -> np.ndarray:
@@ -295,80 +295,111 @@ def test_convert_to_lower_precision_passes_tangents_through():
 # --- hypothesis: shapes -------------------------------------------------------------------------
 
 shapes = st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple)
+nonscalar_shapes = st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple)
+seeds = st.integers(0, 2**16)
 
 
-@settings(max_examples=15, deadline=None)
-@given(name=st.sampled_from(UNARY), shape=shapes)
-def test_unary_rules_over_shapes(name, shape):
-    fn, xs = bound(name, [_unary_input(name, shape)], {})
-    check_first_order(fn, xs)
-
-
-@settings(max_examples=15, deadline=None)
-@given(name=st.sampled_from(BINARY), shape=shapes, rank0=st.sampled_from(["none", "x", "y"]))
-def test_binary_rules_over_shapes_with_rank0_operands(name, shape, rank0):
-    shape_x, shape_y = (() if rank0 == "x" else shape), (() if rank0 == "y" else shape)
-    fn, xs = bound(name, _binary_inputs(name, shape_x, shape_y), {})
-    check_first_order(fn, xs)
-
-
-@st.composite
-def reductions(draw: Any) -> tuple[str, list[Any], dict[str, Any]]:
-    shape = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple))
-    name = draw(st.sampled_from(["reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
-                                 "cumsum", "cumprod", "cummax", "cummin"]))
-    x = _uniform(0.5, 1.5, shape) if name in ("reduce_prod", "cumprod") else _uniform(-2, 2, shape)
-    if name.startswith("reduce"):
-        axes = draw(st.lists(st.integers(0, len(shape) - 1), unique=True).map(lambda a: tuple(sorted(a))))
-        return name, [x], {"axes": axes}
-    return name, [x], {"axis": draw(st.integers(0, len(shape) - 1)), "reverse": draw(st.booleans())}
-
-
-@settings(max_examples=15, deadline=None)
-@given(case=reductions())
-def test_reduction_rules_over_shapes_and_axes(case):
+def check_both_orders(case: tuple[str, list[Any], dict[str, Any]]) -> None:
     fn, xs = bound(*case)
     check_first_order(fn, xs)
+    check_second_order(fn, xs)
 
 
-@st.composite
-def movements(draw: Any) -> tuple[str, list[Any], dict[str, Any]]:
-    shape = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple))
+@pytest.mark.parametrize("name", UNARY)
+@settings(max_examples=15, deadline=None)
+@given(shape=shapes, seed=seeds)
+def test_unary_rules_over_shapes(name, shape, seed):
+    check_both_orders((name, [_unary_input(name, shape, np.random.default_rng(seed))], {}))
+
+
+@pytest.mark.parametrize("name", BINARY)
+@settings(max_examples=15, deadline=None)
+@given(shape=shapes, rank0=st.sampled_from(["none", "x", "y"]), seed=seeds)
+def test_binary_rules_over_shapes_with_rank0_operands(name, shape, rank0, seed):
+    shape_x, shape_y = (() if rank0 == "x" else shape), (() if rank0 == "y" else shape)
+    check_both_orders((name, _binary_inputs(name, shape_x, shape_y, np.random.default_rng(seed)), {}))
+
+
+@pytest.mark.parametrize("name", ["reduce_sum", "reduce_prod", "reduce_max", "reduce_min"])
+@settings(max_examples=15, deadline=None)
+@given(shape=nonscalar_shapes, data=st.data(), seed=seeds)
+def test_reduction_rules_over_shapes_and_axes(name, shape, data, seed):
+    rng = np.random.default_rng(seed)
+    x = _uniform(0.5, 1.5, shape, rng) if name == "reduce_prod" else _uniform(-2, 2, shape, rng)
+    axes = data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True).map(lambda a: tuple(sorted(a))))
+    check_both_orders((name, [x], {"axes": axes}))
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod", "cummax", "cummin"])
+@settings(max_examples=15, deadline=None)
+@given(shape=nonscalar_shapes, data=st.data(), seed=seeds)
+def test_cumulative_rules_over_shapes_and_axes(name, shape, data, seed):
+    rng = np.random.default_rng(seed)
+    x = _uniform(0.5, 1.5, shape, rng) if name == "cumprod" else _uniform(-2, 2, shape, rng)
+    params = {"axis": data.draw(st.integers(0, len(shape) - 1)), "reverse": data.draw(st.booleans())}
+    check_both_orders((name, [x], params))
+
+
+def _movement_params(name: str, shape: tuple[int, ...], x: np.ndarray, draw: Any,
+                     rng: Any) -> tuple[list[Any], dict[str, Any]]:
     ndim = len(shape)
-    x = _uniform(-2, 2, shape)
-    name = draw(st.sampled_from(["transpose", "reshape", "flip", "slice", "pad", "concatenate",
-                                 "broadcast_in_dim", "dynamic_slice"]))
     if name == "transpose":
-        return name, [x], {"permutation": tuple(draw(st.permutations(range(ndim))))}
+        return [x], {"permutation": tuple(draw(st.permutations(range(ndim))))}
     if name == "reshape":
-        return name, [x], {"new_sizes": (int(np.prod(shape)),)}
+        return [x], {"new_sizes": (int(np.prod(shape)),)}
     if name == "flip":
-        return name, [x], {"axes": tuple(sorted(draw(st.sets(st.integers(0, ndim - 1)))))}
+        return [x], {"axes": tuple(sorted(draw(st.sets(st.integers(0, ndim - 1)))))}
     if name == "slice":
         start = tuple(draw(st.integers(0, d - 1)) for d in shape)
         limit = tuple(draw(st.integers(s + 1, d)) for s, d in zip(start, shape))
         strides = tuple(draw(st.integers(1, 3)) for _ in shape)
-        return name, [x], {"start": start, "limit": limit, "strides": strides}
+        return [x], {"start": start, "limit": limit, "strides": strides}
     if name == "pad":
         low = tuple(draw(st.integers(0, 2)) for _ in shape)
         high = tuple(draw(st.integers(0, 2)) for _ in shape)
-        return name, [x, _uniform(-1, 1, ())], {"low": low, "high": high}
+        return [x, _uniform(-1, 1, (), rng)], {"low": low, "high": high}
     if name == "concatenate":
         axis = draw(st.integers(0, ndim - 1))
         other = tuple(draw(st.integers(1, 3)) if d == axis else n for d, n in enumerate(shape))
-        return name, [x, _uniform(-2, 2, other)], {"axis": axis}
+        return [x, _uniform(-2, 2, other, rng)], {"axis": axis}
     if name == "broadcast_in_dim":
-        return name, [x], {"shape": (2,) + shape, "broadcast_dimensions": tuple(range(1, ndim + 1))}
-    sizes = tuple(draw(st.integers(1, d)) for d in shape)
-    starts = [np.int32(draw(st.integers(-2, 5))) for _ in shape]
-    return name, [x, *starts], {"slice_sizes": sizes}
+        return [x], {"shape": (2,) + shape, "broadcast_dimensions": tuple(range(1, ndim + 1))}
+    if name == "dynamic_slice":  # starts may be out of range: they clamp
+        sizes = tuple(draw(st.integers(1, d)) for d in shape)
+        return [x, *(np.int32(draw(st.integers(-2, 5))) for _ in shape)], {"slice_sizes": sizes}
+    update = _uniform(-2, 2, tuple(draw(st.integers(1, d)) for d in shape), rng)
+    return [x, update, *(np.int32(draw(st.integers(-2, 5))) for _ in shape)], {}
+
+
+@pytest.mark.parametrize("name", ["transpose", "reshape", "flip", "slice", "pad", "concatenate",
+                                  "broadcast_in_dim", "dynamic_slice", "dynamic_update_slice"])
+@settings(max_examples=15, deadline=None)
+@given(shape=nonscalar_shapes, data=st.data(), seed=seeds)
+def test_movement_rules_over_shapes(name, shape, data, seed):
+    rng = np.random.default_rng(seed)
+    operands, params = _movement_params(name, shape, _uniform(-2, 2, shape, rng), data.draw, rng)
+    check_both_orders((name, operands, params))
 
 
 @settings(max_examples=15, deadline=None)
-@given(case=movements())
-def test_movement_rules_over_shapes(case):
-    fn, xs = bound(*case)
-    check_first_order(fn, xs)
+@given(operand_shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple),
+       batch=st.integers(1, 5), mode=st.sampled_from(["gather", "add", "set", "mul", "max", "min"]),
+       data=st.data(), seed=seeds)
+def test_gather_and_scatter_rules_over_shapes_and_indices(operand_shape, batch, mode, data, seed):
+    """Random (possibly duplicate or out-of-range) indices over a random subset of axes."""
+    rng = np.random.default_rng(seed)
+    ndim = len(operand_shape)
+    axes = tuple(sorted(data.draw(st.sets(st.integers(0, ndim - 1), min_size=1))))
+    bounds = np.array([operand_shape[a] for a in axes])
+    indices = rng.integers(-1, bounds + 1, (batch, len(axes))).astype(np.int32)
+    x = _uniform(-2, 2, operand_shape, rng)
+    if mode == "gather":
+        case = ("gather", [x, indices], {"axes": axes})
+    else:
+        rest = tuple(d for i, d in enumerate(operand_shape) if i not in axes)
+        updates = _uniform(0.5, 1.5, (batch,) + rest, rng) if mode == "mul" else _uniform(-2, 2, (batch,) + rest, rng)
+        case = ("scatter", [x, indices, updates], {"axes": axes, "mode": mode})
+    check_both_orders(case)
 
 
 # --- specific behaviours ------------------------------------------------------------------------

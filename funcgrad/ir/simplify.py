@@ -23,25 +23,29 @@ effectful: set[Primitive] = set()
 _NO_CSE = {"checkpoint", "custom_vjp_call", "custom_jvp_call", "custom_lin"}
 
 
-def _is_literal(atom: Any, value: float) -> bool:
+def _is_literal(atom: Any, value: float, splats: dict[int, Any] | None = None) -> bool:
+    """Is ``atom`` the constant ``value`` (a literal, or a broadcast of one)?"""
+    if isinstance(atom, Var) and splats is not None and atom.id in splats:
+        atom = splats[atom.id]
     return isinstance(atom, Literal) and not isinstance(atom.value, np.bool_) and atom.value == value
 
 
-def _identity_operand(eqn: Eqn) -> Any:
+def _identity_operand(eqn: Eqn, splats: dict[int, Any]) -> Any:
     """The input an equation merely passes through, or None."""
     prim, ins, out = eqn.primitive, eqn.inputs, eqn.outputs[0] if eqn.outputs else None
     if out is None or prim.multiple_results:
         return None
     if prim is P.mul_p:
         for keep, other in ((ins[0], ins[1]), (ins[1], ins[0])):
-            if _is_literal(other, 1) and keep.aval == out.aval:
+            if _is_literal(other, 1, splats) and keep.aval == out.aval:
                 return keep
-    if prim is P.pow_p and _is_literal(ins[1], 1) and ins[0].aval == out.aval:
+    if prim is P.pow_p and _is_literal(ins[1], 1, splats) and ins[0].aval == out.aval:
         return ins[0]
     if prim is P.select_p and isinstance(ins[0], Literal):
         chosen = ins[1] if bool(ins[0].value) else ins[2]
         return chosen if chosen.aval == out.aval else None
-    if prim in (P.sub_p, P.div_p) and _is_literal(ins[1], 0 if prim is P.sub_p else 1) and ins[0].aval == out.aval:
+    if prim in (P.sub_p, P.div_p) and _is_literal(ins[1], 0 if prim is P.sub_p else 1, splats) \
+            and ins[0].aval == out.aval:
         return ins[0]  # x - 0 and x / 1 are exact, -0.0 included
     if prim in (P.reshape_p, P.broadcast_in_dim_p, P.convert_element_type_p, P.transpose_p) \
             and ins[0].aval == out.aval:
@@ -82,6 +86,7 @@ def simplify(ir: IR) -> IR:
         return atom
 
     seen: dict[Any, Eqn] = {}
+    splats: dict[int, Literal] = {}  # vars known to be a broadcast scalar literal
     kept: list[Eqn] = []
     for eqn in ir.eqns:
         eqn = Eqn(eqn.primitive, [resolve(a) for a in eqn.inputs], eqn.params, eqn.outputs)
@@ -89,7 +94,9 @@ def simplify(ir: IR) -> IR:
         if folded is not None:
             substitution[eqn.outputs[0].id] = folded
             continue
-        passthrough = _identity_operand(eqn)
+        if eqn.primitive is P.broadcast_in_dim_p and isinstance(eqn.inputs[0], Literal):
+            splats[eqn.outputs[0].id] = eqn.inputs[0]
+        passthrough = _identity_operand(eqn, splats)
         if passthrough is not None:
             substitution[eqn.outputs[0].id] = passthrough
             continue
