@@ -28,9 +28,9 @@ from funcgrad.transforms.jvp import jvp_rules
 from funcgrad.transforms.transpose import transpose_rules
 
 FIRST_ORDER = sorted(p.name for p in vars(P).values() if isinstance(p, P.Primitive) and p.name != "jit")
-LINEAR = ["add", "sub", "neg", "mul", "div", "convert_element_type", "reduce_sum", "reshape", "broadcast_in_dim",
-          "transpose", "pad", "slice", "flip", "concatenate", "select", "dynamic_slice", "dynamic_update_slice",
-          "gather", "scatter", "cumsum", "dot_general"]
+LINEAR = ["add", "sub", "neg", "mul", "div", "convert_element_type", "reduce_sum", "reshape",
+          "broadcast_in_dim", "transpose", "pad", "slice", "flip", "concatenate", "select", "dynamic_slice",
+          "dynamic_update_slice", "gather", "scatter", "cumsum", "dot_general"]
 NOT_LINEAR = ["reduce_prod", "reduce_max", "reduce_min", "cumprod", "cummax", "cummin", "sort", "exp", "pow"]
 
 
@@ -53,7 +53,8 @@ def _as_operand(operand: Any) -> Any:
     return value
 
 
-def bound(name: str, operands: list[Any], params: dict[str, Any]) -> tuple[Callable[..., Any], list[np.ndarray]]:
+def bound(name: str, operands: list[Any],
+          params: dict[str, Any]) -> tuple[Callable[..., Any], list[np.ndarray]]:
     """``fn(*differentiable operands)`` binding primitive ``name``, and those operands' values.
     Multiple results are returned as a tuple of the floating-point ones."""
     primitive = REGISTRY[name]
@@ -73,7 +74,8 @@ def bound(name: str, operands: list[Any], params: dict[str, Any]) -> tuple[Calla
 
 
 def _leaves(value: Any) -> list[np.ndarray]:
-    return [np.asarray(v.numpy() if isinstance(v, fg.Tensor) else v, np.float64) for v in fg.tree.leaves(value)]
+    leaves = fg.tree.leaves(value)
+    return [np.asarray(v.numpy() if isinstance(v, fg.Tensor) else v, np.float64) for v in leaves]
 
 
 def _tensors(arrays: list[np.ndarray]) -> list[fg.Tensor]:
@@ -92,7 +94,8 @@ def _finite_difference(fn: Callable[..., Any], xs: list[np.ndarray], ts: list[np
 
 
 def check_first_order(fn: Callable[..., Any], xs: list[np.ndarray], seed: int = 0,
-                      rtol: float = 1e-6, atol: float = 1e-6, step: float = 1e-6, vjp_rtol: float = 1e-10) -> None:
+                      rtol: float = 1e-6, atol: float = 1e-6, step: float = 1e-6,
+                      vjp_rtol: float = 1e-10) -> None:
     """jvp against central differences; vjp against jvp."""
     rng = np.random.default_rng(seed)
     ts = [rng.normal(size=x.shape) for x in xs]
@@ -128,8 +131,10 @@ def check_second_order(fn: Callable[..., Any], xs: list[np.ndarray], seed: int =
     expected = _finite_difference(gradient, xs, ts)
     _, forward_over_reverse = fg.jvp(gradient, tuple(_tensors(xs)), tuple(_tensors(ts)))
     directions = _tensors(ts)
-    reverse_over_reverse = fg.grad(lambda *args: sum((g * t).sum() for g, t in zip(gradient(*args), directions)),
-                                   argnums=argnums)(*_tensors(xs))
+    def along_directions(*args: Any) -> Any:
+        return sum((g * t).sum() for g, t in zip(gradient(*args), directions))
+
+    reverse_over_reverse = fg.grad(along_directions, argnums=argnums)(*_tensors(xs))
     for got in (_leaves(forward_over_reverse), _leaves(reverse_over_reverse)):
         for g, e in zip(got, expected):
             np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
@@ -155,8 +160,8 @@ DOMAINS: dict[str, tuple[float, float]] = {
     "asin": (-0.8, 0.8), "acos": (-0.8, 0.8), "atanh": (-0.8, 0.8), "acosh": (1.2, 3), "tan": (-1.2, 1.2),
 }
 UNARY = ["neg", "abs", "sign", "exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin",
-         "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf",
-         "floor", "ceil", "round"]
+         "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic",
+         "erf", "floor", "ceil", "round"]
 BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2"]
 
 
@@ -166,7 +171,8 @@ def _unary_input(name: str, shape: tuple[int, ...], rng: Any = None) -> np.ndarr
     return _uniform(*DOMAINS.get(name, (-2, 2)), shape, rng)
 
 
-def _binary_inputs(name: str, shape_x: tuple[int, ...], shape_y: tuple[int, ...], rng: Any = None) -> list[np.ndarray]:
+def _binary_inputs(name: str, shape_x: tuple[int, ...], shape_y: tuple[int, ...],
+                   rng: Any = None) -> list[np.ndarray]:
     if name == "pow":
         return [_uniform(0.5, 2, shape_x, rng), _uniform(-1.5, 1.5, shape_y, rng)]
     if name == "rem":
@@ -216,7 +222,8 @@ CASES.update({
     "slice": ("slice", [_uniform(-2, 2, (5, 7))], {"start": (1, 0), "limit": (5, 7), "strides": (2, 3)}),
     "flip": ("flip", [_uniform(-2, 2, (2, 3, 4))], {"axes": (0, 2)}),
     "concatenate": ("concatenate", [f, Const(_uniform(-2, 2, (1, 3))), _uniform(-2, 2, (3, 3))], {"axis": 0}),
-    "dynamic_slice": ("dynamic_slice", [_uniform(-2, 2, (4, 5)), np.int32(1), _i32(9)], {"slice_sizes": (2, 3)}),
+    "dynamic_slice": ("dynamic_slice", [_uniform(-2, 2, (4, 5)), np.int32(1), _i32(9)],  # 9 clamps
+                      {"slice_sizes": (2, 3)}),
     "dynamic_update_slice": ("dynamic_update_slice", [_uniform(-2, 2, (4, 5)), _uniform(-2, 2, (2, 3)),
                                                       np.int32(3), _i32(-1)], {}),
     "gather": ("gather", [_uniform(-2, 2, (4, 3)), _i32([[1], [3], [1], [7], [-2]])], {"axes": (0,)}),
@@ -240,16 +247,17 @@ CASES.update({
 # scatter: duplicate rows (1 twice) and an out-of-range row (5) that must be dropped
 _SCATTER_INDICES = _i32([[1], [0], [1], [5]])
 for _mode in ("add", "set", "max", "min"):
-    CASES[f"scatter_{_mode}"] = ("scatter", [_uniform(-2, 2, (3, 2)), _SCATTER_INDICES, _uniform(-2, 2, (4, 2))],
-                                 {"axes": (0,), "mode": _mode})
+    CASES[f"scatter_{_mode}"] = ("scatter", [_uniform(-2, 2, (3, 2)), _SCATTER_INDICES,
+                                             _uniform(-2, 2, (4, 2))], {"axes": (0,), "mode": _mode})
 CASES["scatter_mul"] = ("scatter", [_uniform(-2, 2, (3, 2)), _SCATTER_INDICES, _uniform(0.5, 1.5, (4, 2))],
                         {"axes": (0,), "mode": "mul"})
 # one zero update at a position shared with another update: the product of the others is nonzero
 CASES["scatter_mul_zero_update"] = ("scatter", [_uniform(-2, 2, (3, 2)), _SCATTER_INDICES,
                                                 np.array([[0.0, 1.2], [0.8, 1.1], [1.3, 0.9], [0.6, 0.0]])],
                                     {"axes": (0,), "mode": "mul"})
-CASES["scatter_set_two_axes"] = ("scatter", [_uniform(-2, 2, (3, 2, 4)), _i32([[0, 3], [2, 1], [0, 3], [-1, 0]]),
-                                             _uniform(-2, 2, (4, 2))], {"axes": (0, 2), "mode": "set"})
+CASES["scatter_set_two_axes"] = ("scatter", [_uniform(-2, 2, (3, 2, 4)),
+                                             _i32([[0, 3], [2, 1], [0, 3], [-1, 0]]), _uniform(-2, 2, (4, 2))],
+                                 {"axes": (0, 2), "mode": "set"})
 
 # second derivatives at zero updates of scatter mul are not exact (see ad_rules); first order is
 SECOND_ORDER_CASES = sorted(set(CASES) - {"scatter_mul_zero_update"})
@@ -267,8 +275,8 @@ def test_linear_primitives_have_transpose_rules_and_others_do_not():
 
 def test_every_differentiable_primitive_has_a_case():
     # stop_gradient (rule in transforms/custom.py) is the identity with a zero derivative by definition
-    float_valued = set(FIRST_ORDER) - {"not", "and", "or", "xor", "shift_left", "shift_right", "eq", "ne", "lt", "le",
-                                       "gt", "ge", "argmax", "argmin", "iota", "threefry2x32", "is_finite",
+    float_valued = set(FIRST_ORDER) - {"not", "and", "or", "xor", "shift_left", "shift_right", "eq", "ne", "lt",
+                                       "le", "gt", "ge", "argmax", "argmin", "iota", "threefry2x32", "is_finite",
                                        "bitcast_convert_type", "stop_gradient"}
     assert float_valued <= {primitive for primitive, _, _ in CASES.values()}
 
@@ -397,7 +405,8 @@ def test_gather_and_scatter_rules_over_shapes_and_indices(operand_shape, batch, 
         case = ("gather", [x, indices], {"axes": axes})
     else:
         rest = tuple(d for i, d in enumerate(operand_shape) if i not in axes)
-        updates = _uniform(0.5, 1.5, (batch,) + rest, rng) if mode == "mul" else _uniform(-2, 2, (batch,) + rest, rng)
+        low, high = (0.5, 1.5) if mode == "mul" else (-2, 2)
+        updates = _uniform(low, high, (batch,) + rest, rng)
         case = ("scatter", [x, indices, updates], {"axes": axes, "mode": mode})
     check_both_orders(case)
 
@@ -439,13 +448,12 @@ def test_abs_derivative_is_the_sign_and_floor_has_none():
 
 
 def test_zero_derivative_rules_leave_no_tangent_equations():
-    """Symbolic zeros: the jvp of floor (a float, piecewise constant) records no tangent work."""
+    """Symbolic zeros: through floor (float but piecewise constant) no equation reads the tangent."""
     x = _f64([0.5, 1.5])
-    ir = fg.make_ir(lambda a, t: fg.jvp(lambda b: bind(P.floor_p, b) * 2.0, (a,), (t,)))(x, x)
-    assert [e.primitive.name for e in ir.eqns].count("floor") == 1
-    assert "mul" not in [e.primitive.name for e in ir.eqns if e.outputs[0].aval.shape] or True
-    names = [e.primitive.name for e in ir.eqns]
-    assert "pad" not in names and "gather" not in names
+    ir = fg.make_ir(lambda a, t: fg.jvp(lambda b: bind(P.floor_p, b) * 2.0, (a,), (t,))[1])(x, x)
+    tangent_var = ir.in_vars[1]
+    assert not [e for e in ir.eqns if any(getattr(atom, "id", None) == tangent_var.id for atom in e.inputs)]
+    assert [e.primitive.name for e in ir.eqns].count("floor") <= 1
 
 
 def test_integer_valued_primitives_give_no_tangent():
@@ -482,10 +490,11 @@ def test_gather_transpose_accumulates_at_clamped_indices():
 
 def test_reduce_prod_and_cumprod_gradients_are_exact_at_zeros():
     x = _f64([2.0, 0.0, 3.0, 0.0])
-    np.testing.assert_array_equal(fg.grad(lambda a: bind(P.reduce_prod_p, a, axes=(0,)))(x).numpy(), [0, 0, 0, 0])
+    product = lambda a: bind(P.reduce_prod_p, a, axes=(0,))
+    np.testing.assert_array_equal(fg.grad(product)(x).numpy(), [0, 0, 0, 0])
     y = _f64([2.0, 0.0, 3.0, 4.0])
-    np.testing.assert_array_equal(fg.grad(lambda a: bind(P.reduce_prod_p, a, axes=(0,)))(y).numpy(), [0, 24, 0, 0])
-    hessian_row = fg.grad(lambda a: fg.grad(lambda b: bind(P.reduce_prod_p, b, axes=(0,)))(a)[1])(x)
+    np.testing.assert_array_equal(fg.grad(product)(y).numpy(), [0, 24, 0, 0])
+    hessian_row = fg.grad(lambda a: fg.grad(product)(a)[1])(x)  # d2/dx1 dx3 of the product at two zeros
     np.testing.assert_array_equal(hessian_row.numpy(), [0, 0, 0, 6])
     g = fg.grad(lambda a: bind(P.cumprod_p, a, axis=0, reverse=False).sum())(y)
     np.testing.assert_array_equal(g.numpy(), [1, 2 + 6 + 24, 0, 0])

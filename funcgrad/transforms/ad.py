@@ -69,10 +69,18 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     tangent_values = [_check_tangent(p, t, i) for i, (p, t, h) in
                       enumerate(zip(primal_values, tangent_leaves, has_tangent)) if h]
     jir, out_has_tangent = jvp_ir(ir, has_tangent, instantiate_outputs=True)
+    _reject_custom_lin(jir)
     results = [as_tensor(r) for r in evaluate(jir, *primal_values, *tangent_values)]
     outs, out_tangents = results[:len(ir.outputs)], iter(results[len(ir.outputs):])
     tangents_out = [next(out_tangents) if h else zeros(o.aval) for o, h in zip(outs, out_has_tangent)]
     return tree.unflatten(out_tree, outs), tree.unflatten(out_tree, tangents_out)
+
+
+def _reject_custom_lin(ir: IR) -> None:
+    """Raise now (not at realize time) if forward mode reached a custom_vjp function."""
+    from funcgrad.ir.higher_order import _custom_lin_impl, custom_lin_p
+    if any(eqn.primitive is custom_lin_p for eqn in ir.eqns):
+        _custom_lin_impl()
 
 
 class _Linearized:
@@ -164,6 +172,7 @@ def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[...,
         if t_tree != lin.in_tree:
             raise ValueError(f"linearize: tangents {t_tree} do not match the primals {lin.in_tree}")
         values = [as_tensor(t) for t, h in zip(leaves, lin.has_tangent) if h]
+        _reject_custom_lin(lin.linear_ir)
         results = iter(as_tensor(r) for r in evaluate(lin.linear_ir, *lin.residuals, *values))
         outs = [next(results) if linear else zeros(aval) for aval, linear in zip(lin.out_avals, lin.out_linear)]
         return tree.unflatten(lin.out_tree, outs)
