@@ -28,9 +28,12 @@ from funcgrad.transforms.transpose import transpose_ir
 
 
 def as_tensor(value: Any) -> Tensor:
-    """Leaves handed to evaluate(): Tensors pass, scalars and NumPy arrays are converted."""
+    """Leaves handed to evaluate(): Tensors pass, scalars and NumPy arrays are converted. A NumPy
+    scalar (an IR literal) keeps its exact dtype."""
     if isinstance(value, Tensor):
         return value
+    if isinstance(value, np.generic):
+        return Tensor(value, dtype=value.dtype)
     from funcgrad.numpy import asarray
     return asarray(value)
 

@@ -43,7 +43,7 @@ __all__: list[str] = []  # this module only registers rules
 
 def _const(like: Any, value: float) -> np.generic:
     """A NumPy scalar of ``like``'s dtype: becomes an inline literal when traced."""
-    return np.array(value, dtype=like.dtype)[()]
+    return np.array(value, dtype=like.dtype)[()]  # type: ignore[return-value]
 
 
 def _aval(value: Any) -> ShapedArray:
@@ -685,7 +685,9 @@ def _scatter_mul_tangent(x: Any, indices: Any, updates: Any, tx: Any, tupdates: 
                          axes: tuple[int, ...]) -> Any:
     """out[p] = x[p] * prod_k u[k] over the updates k landing on p. The product of the *other*
     updates at p is computed without dividing by a zero update: from the product of the nonzero
-    updates and the count of zero ones at each position."""
+    updates and the count of zero ones at each position. The first derivative is exact everywhere;
+    higher derivatives with respect to the updates are exact away from zero updates only (the
+    zero-count selection is piecewise). JAX supports only unique indices here."""
     terms = []
     ones_like_x = bind(P.broadcast_in_dim_p, _const(x, 1), shape=_aval(x).shape, broadcast_dimensions=())
 

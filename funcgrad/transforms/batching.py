@@ -103,7 +103,7 @@ def vmap_ir(ir: IR, in_dims: Sequence[int | None], axis_size: int,
                     moved.append(out)
                     continue
                 if dim is None:
-                    out = broadcast_batched(out if isinstance(out, Tensor) else Tensor(out), None, axis_size)
+                    out = broadcast_batched(out, None, axis_size)
                     dim = 0
                 moved.append(move_axis(out, dim, want))
             outs, dims = moved, list(out_dims)

@@ -128,7 +128,7 @@ def _cond_batch(args: list[Any], dims: list[Any], *, axis_size: int, branches: t
     results = []
     for branch in branches:
         outs, out_dims = vmap_eval(branch, operands, op_dims, axis_size)
-        results.append([broadcast_batched(o if isinstance(o, Tensor) else Tensor(o), d, axis_size)
+        results.append([broadcast_batched(o, d, axis_size)
                          for o, d in zip(outs, out_dims)])
     chosen = results[-1]
     for i in range(len(branches) - 2, -1, -1):
@@ -199,7 +199,7 @@ def _while_batch(args: list[Any], dims: list[Any], *, axis_size: int, cond_ir: I
     _, pred_dims = vmap_ir(cond_ir, cc_dims + [0 if m else None for m in carry_batched], axis_size)
     if pred_dims[0] is not None:
         carry_batched = [True] * len(carry)
-    carry = [broadcast_batched(c if isinstance(c, Tensor) else Tensor(c), d, axis_size) if b else c
+    carry = [broadcast_batched(c, d, axis_size) if b else c
              for c, d, b in zip(carry, carry_dims, carry_batched)]
     carry_in_dims = [0 if b else None for b in carry_batched]
     if pred_dims[0] is None:
@@ -225,7 +225,7 @@ def _while_batch(args: list[Any], dims: list[Any], *, axis_size: int, cond_ir: I
         new, new_dims = vmap_eval(body_ir, list(bc) + list(state), bc_dims + carry_in_dims, axis_size)
         out = []
         for old, value, dim in zip(state, new, new_dims):
-            value = broadcast_batched(value if isinstance(value, Tensor) else Tensor(value), dim, axis_size)
+            value = broadcast_batched(value, dim, axis_size)
             mask = bind(broadcast_in_dim_p, pred, shape=old.shape, broadcast_dimensions=(0,))
             out.append(bind(select_p, mask, value, old))
         return out
@@ -383,7 +383,7 @@ def _scan_batch(args: list[Any], dims: list[Any], *, axis_size: int, body: IR, l
     carry_batched = _fixed_point([d is not None for d in carry_dims], lambda mask: [
         d is not None for d in vmap_ir(body, const_dims + [0 if m else None for m in mask] + slice_dims,
                                        axis_size)[1][:num_carry]])
-    carry = [broadcast_batched(c if isinstance(c, Tensor) else Tensor(c), d, axis_size) if b else c
+    carry = [broadcast_batched(c, d, axis_size) if b else c
              for c, d, b in zip(carry, carry_dims, carry_batched)]
     carry_in = [0 if b else None for b in carry_batched]
     n_y = len(body.outputs) - num_carry
