@@ -13,7 +13,7 @@ lazy op. Everything else (``funcgrad.numpy``, the Tensor methods, the transforms
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,7 +56,13 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
     return np.array(array, dtype=dtype, copy=True)
 
 
-class Tensor:
+if TYPE_CHECKING:  # the methods are attached by tensor_methods.py (it needs funcgrad.numpy, which needs us)
+    from funcgrad.tensor_methods import TensorMethods as _Methods
+else:
+    _Methods = object
+
+
+class Tensor(_Methods):
     """An immutable n-dimensional array; operations on it are lazy outside traces.
 
     >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
@@ -201,7 +207,7 @@ class Tensor:
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # Jupyter/IPython: show the value
         printer.text(repr(self.realize()) if not self.is_traced else repr(self))
 
-    # everything else (operators, reshape, sum, ...) is attached in funcgrad/tensor_methods.py
+    # everything else (operators, reshape, sum, ...) is in funcgrad/tensor_methods.py
 
 
 Array = Tensor

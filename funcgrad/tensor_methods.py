@@ -4,6 +4,10 @@ Kept apart from ``tensor.py`` so the array type's core (data, conversion, bind) 
 screen, and so there is one implementation of each operation: ``x.sum(0)`` is ``fnp.sum(x, axis=0)``.
 Method names follow NumPy/JAX where they agree with PyTorch and tinygrad, and add the tinygrad
 spellings the seed uses (``permute``, ``relu``, ``flatten``, ``Tensor.ones(2, 3)``).
+
+``TensorMethods`` holds them all; its members are copied onto ``Tensor`` when funcgrad is
+imported (``tensor.py`` cannot import this module: funcgrad.numpy needs Tensor first). Type
+checkers see ``Tensor`` as a subclass of ``TensorMethods``.
 """
 
 from __future__ import annotations
@@ -23,58 +27,61 @@ def _shape_args(shape: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _binary(fn: Any, reflected: bool = False) -> Any:
-    if reflected:
-        return lambda self, other: fn(other, self)
-    return lambda self, other: fn(self, other)
+class TensorMethods:
+    """Everything a Tensor can do besides holding data (see funcgrad.numpy for the semantics)."""
 
+    # --- operators ----------------------------------------------------------------------------
+    def __add__(self, other: Any) -> Tensor: return fnp.add(self, other)
+    def __radd__(self, other: Any) -> Tensor: return fnp.add(other, self)
+    def __sub__(self, other: Any) -> Tensor: return fnp.subtract(self, other)
+    def __rsub__(self, other: Any) -> Tensor: return fnp.subtract(other, self)
+    def __mul__(self, other: Any) -> Tensor: return fnp.multiply(self, other)
+    def __rmul__(self, other: Any) -> Tensor: return fnp.multiply(other, self)
+    def __truediv__(self, other: Any) -> Tensor: return fnp.divide(self, other)
+    def __rtruediv__(self, other: Any) -> Tensor: return fnp.divide(other, self)
+    def __floordiv__(self, other: Any) -> Tensor: return fnp.floor_divide(self, other)
+    def __rfloordiv__(self, other: Any) -> Tensor: return fnp.floor_divide(other, self)
+    def __mod__(self, other: Any) -> Tensor: return fnp.remainder(self, other)
+    def __rmod__(self, other: Any) -> Tensor: return fnp.remainder(other, self)
+    def __pow__(self, other: Any) -> Tensor: return fnp.pow(self, other)
+    def __rpow__(self, other: Any) -> Tensor: return fnp.pow(other, self)
+    def __matmul__(self, other: Any) -> Tensor: return fnp.matmul(self, other)
+    def __rmatmul__(self, other: Any) -> Tensor: return fnp.matmul(other, self)
+    def __and__(self, other: Any) -> Tensor: return fnp.bitwise_and(self, other)
+    def __rand__(self, other: Any) -> Tensor: return fnp.bitwise_and(other, self)
+    def __or__(self, other: Any) -> Tensor: return fnp.bitwise_or(self, other)
+    def __ror__(self, other: Any) -> Tensor: return fnp.bitwise_or(other, self)
+    def __xor__(self, other: Any) -> Tensor: return fnp.bitwise_xor(self, other)
+    def __rxor__(self, other: Any) -> Tensor: return fnp.bitwise_xor(other, self)
+    def __lshift__(self, other: Any) -> Tensor: return fnp.bitwise_left_shift(self, other)
+    def __rlshift__(self, other: Any) -> Tensor: return fnp.bitwise_left_shift(other, self)
+    def __rshift__(self, other: Any) -> Tensor: return fnp.bitwise_right_shift(self, other)
+    def __rrshift__(self, other: Any) -> Tensor: return fnp.bitwise_right_shift(other, self)
+    def __eq__(self, other: Any) -> Tensor: return fnp.equal(self, other)  # type: ignore[override]
+    def __ne__(self, other: Any) -> Tensor: return fnp.not_equal(self, other)  # type: ignore[override]
+    def __lt__(self, other: Any) -> Tensor: return fnp.less(self, other)
+    def __le__(self, other: Any) -> Tensor: return fnp.less_equal(self, other)
+    def __gt__(self, other: Any) -> Tensor: return fnp.greater(self, other)
+    def __ge__(self, other: Any) -> Tensor: return fnp.greater_equal(self, other)
+    def __neg__(self) -> Tensor: return fnp.negative(self)
+    def __pos__(self) -> Tensor: return fnp.positive(self)
+    def __abs__(self) -> Tensor: return fnp.abs(self)
+    def __invert__(self) -> Tensor: return fnp.bitwise_invert(self)
 
-_OPERATORS = {
-    "add": fnp.add, "sub": fnp.subtract, "mul": fnp.multiply, "truediv": fnp.divide,
-    "floordiv": fnp.floor_divide, "mod": fnp.remainder, "pow": fnp.pow, "matmul": fnp.matmul,
-    "and": fnp.bitwise_and, "or": fnp.bitwise_or, "xor": fnp.bitwise_xor,
-    "lshift": fnp.bitwise_left_shift, "rshift": fnp.bitwise_right_shift,
-}
-for _name, _fn in _OPERATORS.items():
-    setattr(Tensor, f"__{_name}__", _binary(_fn))
-    setattr(Tensor, f"__r{_name}__", _binary(_fn, reflected=True))
+    def __getitem__(self, index: Any) -> Tensor:
+        from funcgrad.numpy.indexing import getitem
+        return getitem(self, index)
 
-for _name, _fn in {"eq": fnp.equal, "ne": fnp.not_equal, "lt": fnp.less, "le": fnp.less_equal,
-                   "gt": fnp.greater, "ge": fnp.greater_equal}.items():
-    setattr(Tensor, f"__{_name}__", _binary(_fn))
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise TypeError("funcgrad Tensors are immutable; use x = x.at[index].set(value) (as in JAX)")
 
-Tensor.__neg__ = lambda self: fnp.negative(self)  # type: ignore[method-assign,assignment]
-Tensor.__pos__ = lambda self: fnp.positive(self)  # type: ignore[attr-defined]
-Tensor.__abs__ = lambda self: fnp.abs(self)  # type: ignore[attr-defined]
-Tensor.__invert__ = lambda self: fnp.bitwise_invert(self)  # type: ignore[attr-defined]
+    @property
+    def at(self) -> Any:
+        """JAX's functional updates: ``x.at[i].set(v)``, ``.add``, ``.multiply``, ``.min``, ``.max``, ``.get``."""
+        from funcgrad.numpy.indexing import AtIndexer
+        return AtIndexer(self)
 
-
-def _getitem(self: Tensor, index: Any) -> Tensor:
-    from funcgrad.numpy.indexing import getitem
-    return getitem(self, index)
-
-
-def _setitem(self: Tensor, index: Any, value: Any) -> None:
-    raise TypeError("funcgrad Tensors are immutable; use x = x.at[index].set(value) (as in JAX)")
-
-
-Tensor.__getitem__ = _getitem  # type: ignore[attr-defined]
-Tensor.__setitem__ = _setitem  # type: ignore[attr-defined]
-
-
-def _at(self: Tensor) -> Any:
-    from funcgrad.numpy.indexing import AtIndexer
-    return AtIndexer(self)
-
-
-Tensor.at = property(_at)  # type: ignore[attr-defined]
-
-# --- plain methods -----------------------------------------------------------------------------
-
-
-class _Methods:
-    """Bodies of the Tensor methods; copied onto Tensor below (a mixin would split the class)."""
-
+    # --- methods ------------------------------------------------------------------------------
     def astype(self, dtype: Any, copy: bool = True) -> Tensor:
         return fnp.astype(self, dtype)
 
@@ -238,72 +245,103 @@ class _Methods:
     def neg(self) -> Tensor:
         return fnp.negative(self)
 
+    def exp(self) -> Tensor: return fnp.exp(self)
+    def exp2(self) -> Tensor: return fnp.exp2(self)
+    def log(self) -> Tensor: return fnp.log(self)
+    def log2(self) -> Tensor: return fnp.log2(self)
+    def sqrt(self) -> Tensor: return fnp.sqrt(self)
+    def rsqrt(self) -> Tensor: return fnp.rsqrt(self)
+    def sin(self) -> Tensor: return fnp.sin(self)
+    def cos(self) -> Tensor: return fnp.cos(self)
+    def tan(self) -> Tensor: return fnp.tan(self)
+    def tanh(self) -> Tensor: return fnp.tanh(self)
+    def erf(self) -> Tensor: return fnp.erf(self)
+    def floor(self) -> Tensor: return fnp.floor(self)
+    def ceil(self) -> Tensor: return fnp.ceil(self)
+    def round(self) -> Tensor: return fnp.round(self)
+    def sign(self) -> Tensor: return fnp.sign(self)
+    def isnan(self) -> Tensor: return fnp.isnan(self)
+    def isinf(self) -> Tensor: return fnp.isinf(self)
+    def isfinite(self) -> Tensor: return fnp.isfinite(self)
+    def logical_not(self) -> Tensor: return fnp.logical_not(self)
 
-for _name in (n for n in vars(_Methods) if not n.startswith("__")):
-    setattr(Tensor, _name, vars(_Methods)[_name])
+    # --- constructors (``Tensor.ones(2, 3)`` or ``Tensor.ones((2, 3))``) ------------------------
+    @staticmethod
+    def zeros(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+        return _with_grad(fnp.zeros(_shape_args(shape), dtype=dtype, device=device), requires_grad)
 
-for _name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "floor", "ceil",
-              "round", "sign", "isnan", "isinf", "isfinite", "logical_not", "erf"):
-    setattr(Tensor, _name, getattr(fnp, _name))
+    @staticmethod
+    def ones(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+        return _with_grad(fnp.ones(_shape_args(shape), dtype=dtype, device=device), requires_grad)
 
-# --- constructors ------------------------------------------------------------------------------
+    @staticmethod
+    def empty(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+        return _with_grad(fnp.empty(_shape_args(shape), dtype=dtype, device=device), requires_grad)
 
+    @staticmethod
+    def full(shape: Any, fill_value: Any, dtype: Any = None, requires_grad: bool | None = None) -> Tensor:
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        return _with_grad(fnp.full(shape, fill_value, dtype=dtype), requires_grad)
 
-def _constructor(fn: Any) -> Any:
-    def make(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None,
-             **kwargs: Any) -> Tensor:
-        out = fn(_shape_args(shape), dtype=dtype, **kwargs)
-        out.requires_grad = requires_grad
-        return out
-    make.__name__ = fn.__name__
-    make.__doc__ = f"``Tensor.{fn.__name__}(2, 3)`` or ``Tensor.{fn.__name__}((2, 3))``: see fnp.{fn.__name__}."
-    return staticmethod(make)
+    @staticmethod
+    def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Tensor:
+        return fnp.arange(start, stop, step, dtype=dtype)
 
+    @staticmethod
+    def eye(n: int, m: int | None = None, dtype: Any = None, requires_grad: bool | None = None) -> Tensor:
+        return _with_grad(fnp.eye(n, m, dtype=dtype), requires_grad)
 
-Tensor.zeros = _constructor(fnp.zeros)  # type: ignore[attr-defined]
-Tensor.ones = _constructor(fnp.ones)  # type: ignore[attr-defined]
-Tensor.empty = _constructor(fnp.empty)  # type: ignore[attr-defined]
+    @staticmethod
+    def zeros_like(x: Any, dtype: Any = None) -> Tensor:
+        return fnp.zeros_like(x, dtype=dtype)
 
+    @staticmethod
+    def ones_like(x: Any, dtype: Any = None) -> Tensor:
+        return fnp.ones_like(x, dtype=dtype)
 
-def _full(shape: Any, fill_value: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
-    return fnp.full(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), fill_value, dtype=dtype)
+    @staticmethod
+    def rand(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        """Uniform [0, 1) from the global key (``Tensor.manual_seed`` resets it)."""
+        return _random("rand", shape, dtype, requires_grad, kwargs)
 
+    @staticmethod
+    def randn(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        return _random("randn", shape, dtype, requires_grad, kwargs)
 
-def _arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, **kwargs: Any) -> Tensor:
-    return fnp.arange(start, stop, step, dtype=dtype)
+    @staticmethod
+    def randint(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        return _random("randint", shape, dtype, requires_grad, kwargs)
 
+    @staticmethod
+    def uniform(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        return _random("uniform", shape, dtype, requires_grad, kwargs)
 
-def _eye(n: int, m: int | None = None, dtype: Any = None, requires_grad: bool | None = None,
-         **kwargs: Any) -> Tensor:
-    out = fnp.eye(n, m, dtype=dtype)
-    out.requires_grad = requires_grad
-    return out
+    @staticmethod
+    def kaiming_uniform(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        return _random("kaiming_uniform", shape, dtype, requires_grad, kwargs)
 
+    @staticmethod
+    def glorot_uniform(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        return _random("glorot_uniform", shape, dtype, requires_grad, kwargs)
 
-def _random(kind: str) -> Any:
-    def make(*shape: Any, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
         from funcgrad import random
-        out = random.stateful(kind, _shape_args(shape), dtype=dtype, **kwargs)
-        out.requires_grad = requires_grad
-        return out
-    make.__name__ = kind
-    return staticmethod(make)
+        random.manual_seed(seed)
 
 
-def _manual_seed(seed: int = 0) -> None:
+def _with_grad(tensor: Tensor, requires_grad: bool | None) -> Tensor:
+    tensor.requires_grad = requires_grad
+    return tensor
+
+
+def _random(kind: str, shape: tuple[Any, ...], dtype: Any, requires_grad: bool | None,
+            kwargs: dict[str, Any]) -> Tensor:
     from funcgrad import random
-    random.manual_seed(seed)
+    return _with_grad(random.stateful(kind, _shape_args(shape), dtype=dtype, **kwargs), requires_grad)
 
 
-Tensor.full = staticmethod(_full)  # type: ignore[attr-defined]
-Tensor.arange = staticmethod(_arange)  # type: ignore[attr-defined]
-Tensor.eye = staticmethod(_eye)  # type: ignore[attr-defined]
-Tensor.rand = _random("rand")  # type: ignore[attr-defined]
-Tensor.randn = _random("randn")  # type: ignore[attr-defined]
-Tensor.randint = _random("randint")  # type: ignore[attr-defined]
-Tensor.uniform = _random("uniform")  # type: ignore[attr-defined]
-Tensor.kaiming_uniform = _random("kaiming_uniform")  # type: ignore[attr-defined]
-Tensor.glorot_uniform = _random("glorot_uniform")  # type: ignore[attr-defined]
-Tensor.manual_seed = staticmethod(_manual_seed)  # type: ignore[attr-defined]
-Tensor.zeros_like = staticmethod(lambda x, **kw: fnp.zeros_like(x, **kw))  # type: ignore[attr-defined]
-Tensor.ones_like = staticmethod(lambda x, **kw: fnp.ones_like(x, **kw))  # type: ignore[attr-defined]
+_NOT_COPIED = {"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__"}
+for _name, _member in vars(TensorMethods).items():
+    if _name not in _NOT_COPIED:
+        setattr(Tensor, _name, _member)
