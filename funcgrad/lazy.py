@@ -97,17 +97,13 @@ def graph_to_ir(targets: Sequence[LazyBuffer]) -> tuple[IR, list[LazyBuffer]]:
     keep_alive = []  # output buffers of ops must outlive the id()s we key them by
     for op in ops:
         ins = [var_for(s) for s in op.sources]
-        outs = []
-        for ref in op.outputs:
-            buffer = ref()
-            var = Var(buffer.aval) if buffer is not None else None
+        avals = op.primitive.abstract_eval(*(v.aval for v in ins), **op.params)
+        outs = [Var(aval) for aval in (avals if op.primitive.multiple_results else (avals,))]
+        for ref, var in zip(op.outputs, outs):
+            buffer = ref()  # None when no Tensor holds this output any more
             if buffer is not None:
                 keep_alive.append(buffer)
                 var_of[id(buffer)] = var
-            outs.append(var)
-        avals = op.primitive.abstract_eval(*(v.aval for v in ins), **op.params)
-        avals = avals if op.primitive.multiple_results else (avals,)
-        outs = [v if v is not None else Var(a) for v, a in zip(outs, avals)]
         eqns.append(Eqn(op.primitive, ins, op.params, outs))
     outputs = [var_for(t) if t.realized else var_of[id(t)] for t in targets]
     return IR(in_vars, eqns, outputs), inputs

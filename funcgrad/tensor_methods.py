@@ -12,8 +12,9 @@ checkers see ``Tensor`` as a subclass of ``TensorMethods``.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import funcgrad.numpy as fnp
 from funcgrad.ir import dtypes
@@ -29,6 +30,12 @@ def _shape_args(shape: tuple[Any, ...]) -> tuple[int, ...]:
 
 class TensorMethods:
     """Everything a Tensor can do besides holding data (see funcgrad.numpy for the semantics)."""
+
+    if TYPE_CHECKING:  # provided by Tensor itself
+        @property
+        def shape(self) -> tuple[int, ...]: ...
+        @property
+        def ndim(self) -> int: ...
 
     # --- operators ----------------------------------------------------------------------------
     def __add__(self, other: Any) -> Tensor: return fnp.add(self, other)
@@ -95,7 +102,7 @@ class TensorMethods:
         return fnp.astype(self, dtypes.float16)
 
     def contiguous(self) -> Tensor:
-        return self
+        return fnp.asarray(self)
 
     def reshape(self, *shape: Any) -> Tensor:
         """``x.reshape(2, 3)`` or ``x.reshape((2, 3))``; one dimension may be -1."""
@@ -150,12 +157,12 @@ class TensorMethods:
     def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
         return fnp.mean(self, axis=axis, keepdims=keepdims)
 
-    def var(self, axis: Any = None, keepdims: bool = False, correction: float = 0.0,
-            ddof: float | None = None) -> Tensor:
+    def var(self, axis: Any = None, keepdims: bool = False, correction: builtins.float = 0.0,
+            ddof: builtins.float | None = None) -> Tensor:
         return fnp.var(self, axis=axis, keepdims=keepdims, correction=correction, ddof=ddof)
 
-    def std(self, axis: Any = None, keepdims: bool = False, correction: float = 0.0,
-            ddof: float | None = None) -> Tensor:
+    def std(self, axis: Any = None, keepdims: bool = False, correction: builtins.float = 0.0,
+            ddof: builtins.float | None = None) -> Tensor:
         return fnp.std(self, axis=axis, keepdims=keepdims, correction=correction, ddof=ddof)
 
     def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -219,7 +226,7 @@ class TensorMethods:
         return self - fnp.logsumexp(self, axis=axis, keepdims=True)
 
     def sparse_categorical_crossentropy(self, labels: Any, ignore_index: int = -1,
-                                        label_smoothing: float = 0.0) -> Tensor:
+                                        label_smoothing: builtins.float = 0.0) -> Tensor:
         """Mean cross-entropy of logits ``self`` (N, C) against integer ``labels`` (N,)."""
         labels = fnp.asarray(labels)
         if labels.shape != self.shape[:-1]:

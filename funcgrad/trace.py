@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -42,9 +42,13 @@ def leaf_aval(leaf: Any, where: str = "argument") -> tuple[ShapedArray, bool]:
                     "function takes pytrees (tuples, lists, dicts, ...) whose leaves are arrays or scalars")
 
 
+_NARROWED: dict[np.dtype, np.dtype] = {dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32, dtypes.uint64: dtypes.uint32}
+
+
 def _default_dtype(dtype: np.dtype) -> np.dtype:
-    return {dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32,
-            dtypes.uint64: dtypes.uint32}.get(np.dtype(dtype), dtypes.canonicalize(dtype))
+    """NumPy's 64-bit defaults become funcgrad's 32-bit ones (no silent 64-bit values)."""
+    dtype = np.dtype(dtype)
+    return _NARROWED[dtype] if dtype in _NARROWED else dtypes.canonicalize(dtype)
 
 
 def as_output(value: Any) -> Tensor | np.generic:
@@ -53,7 +57,7 @@ def as_output(value: Any) -> Tensor | np.generic:
     if isinstance(value, (Tensor, np.generic)):
         return value
     if isinstance(value, (bool, int, float)):
-        return np.asarray(value, dtypes.python_scalar_dtype(value))[()]
+        return cast(np.generic, np.asarray(value, dtypes.python_scalar_dtype(value))[()])
     if isinstance(value, np.ndarray):
         return Tensor(value)
     raise TypeError(f"a traced function returned a {type(value).__name__}; outputs must be pytrees "
@@ -67,8 +71,9 @@ def trace_flat(fn: Callable[..., Any], in_avals: Sequence[tuple[ShapedArray, boo
     ``in_tree`` describes the positional argument tuple ``(args...)``.
     """
     with new_trace(label) as builder:
-        inputs = [Tensor._wrap(builder.new_input(aval), weak=weak) for aval, weak in in_avals]
-        builder.input_names.update((t._data.var.id, n) for t, n in zip(inputs, input_names or ()))
+        tracers = [builder.new_input(aval) for aval, _ in in_avals]
+        builder.input_names.update((t.var.id, n) for t, n in zip(tracers, input_names or ()))
+        inputs = [Tensor._wrap(t, weak=weak) for t, (_, weak) in zip(tracers, in_avals)]
         out = fn(*tree.unflatten(in_tree, inputs))
         out_leaves, out_tree = tree.flatten(out)
         atoms = [_atom_for(builder, as_output(leaf)) for leaf in out_leaves]

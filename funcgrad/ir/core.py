@@ -19,11 +19,16 @@ import numpy as np
 from funcgrad.ir import dtypes
 
 
+def _as_tuple(items: Iterable[Any]) -> tuple[Any, ...]:
+    """attrs converter: lists and other iterables become tuples (so IR objects stay immutable)."""
+    return tuple(items)
+
+
 @attrs.frozen
 class ShapedArray:
     """An abstract value: what the tracer knows about an array (its shape and dtype)."""
 
-    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    shape: tuple[int, ...] = attrs.field(converter=_as_tuple)
     dtype: np.dtype
 
     @property
@@ -81,9 +86,9 @@ class Eqn:
     """One equation: ``outputs = primitive[params](*inputs)``. Params are hashable and sorted by name."""
 
     primitive: Any  # funcgrad.ir.primitives.Primitive (kept untyped to avoid an import cycle)
-    inputs: tuple[Atom, ...] = attrs.field(converter=tuple)
+    inputs: tuple[Atom, ...] = attrs.field(converter=_as_tuple)
     params: tuple[tuple[str, Any], ...] = attrs.field(converter=_params_converter)
-    outputs: tuple[Var, ...] = attrs.field(converter=tuple)
+    outputs: tuple[Var, ...] = attrs.field(converter=_as_tuple)
 
     @property
     def param_dict(self) -> dict[str, Any]:
@@ -95,11 +100,11 @@ class IR:
     """A closed program. ``consts`` holds the values bound to ``const_vars`` (captured arrays or,
     while an outer trace is running, that trace's values)."""
 
-    in_vars: tuple[Var, ...] = attrs.field(converter=tuple)
-    eqns: tuple[Eqn, ...] = attrs.field(converter=tuple)
-    outputs: tuple[Atom, ...] = attrs.field(converter=tuple)
-    const_vars: tuple[Var, ...] = attrs.field(converter=tuple, default=())
-    consts: tuple[Any, ...] = attrs.field(converter=tuple, default=())
+    in_vars: tuple[Var, ...] = attrs.field(converter=_as_tuple)
+    eqns: tuple[Eqn, ...] = attrs.field(converter=_as_tuple)
+    outputs: tuple[Atom, ...] = attrs.field(converter=_as_tuple)
+    const_vars: tuple[Var, ...] = attrs.field(converter=_as_tuple, default=())
+    consts: tuple[Any, ...] = attrs.field(converter=_as_tuple, default=())
 
     def __attrs_post_init__(self) -> None:
         if len(self.const_vars) != len(self.consts):

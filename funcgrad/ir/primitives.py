@@ -173,8 +173,14 @@ erf_p = _unary("erf", _compute_in_f32(_erf), "f")
 floor_p = _unary("floor", _compute_in_f32(np.floor), "f")
 ceil_p = _unary("ceil", _compute_in_f32(np.ceil), "f")
 round_p = _unary("round", _compute_in_f32(np.rint), "f")  # half to even, as NumPy and the Array API
-is_finite_p = _unary("is_finite", lambda x: np.isfinite(np.asarray(x, np.float32) if np.asarray(x).dtype
-                                                        in _LOW_PRECISION else x), "f", out_dtype=dtypes.bool_)
+
+
+def _is_finite(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    return np.isfinite(x.astype(np.float32) if x.dtype in _LOW_PRECISION else x)
+
+
+is_finite_p = _unary("is_finite", _is_finite, "f", out_dtype=dtypes.bool_)
 not_p = _unary("not", np.invert, "bi")  # logical for bool, bitwise for integers
 stop_gradient_p = _unary("stop_gradient", lambda x: np.array(x, copy=True), "bif")  # identity; no derivative
 
@@ -257,7 +263,11 @@ def _select_rule(pred: ShapedArray, on_true: ShapedArray, on_false: ShapedArray)
     return ShapedArray(_elementwise_shape("select", [pred, on_true, on_false]), dtype)
 
 
-select_p = Primitive("select", _select_rule, lambda p, t, f: np.where(p, t, f).astype(np.asarray(t).dtype))
+def _select_impl(pred: np.ndarray, on_true: np.ndarray, on_false: np.ndarray) -> np.ndarray:
+    return np.where(pred, on_true, on_false).astype(np.asarray(on_true).dtype)
+
+
+select_p = Primitive("select", _select_rule, _select_impl)
 
 # --- casts -------------------------------------------------------------------------------------
 
@@ -289,8 +299,11 @@ def _bitcast_rule(x: ShapedArray, *, new_dtype: np.dtype) -> ShapedArray:
     return ShapedArray(x.shape, dtypes.canonicalize(new_dtype))
 
 
-bitcast_convert_type_p = Primitive("bitcast_convert_type", _bitcast_rule,
-                                   lambda x, *, new_dtype: np.ascontiguousarray(x).view(new_dtype).reshape(np.shape(x)))
+def _bitcast_impl(x: np.ndarray, *, new_dtype: np.dtype) -> np.ndarray:
+    return np.ascontiguousarray(x).view(new_dtype).reshape(np.shape(x))
+
+
+bitcast_convert_type_p = Primitive("bitcast_convert_type", _bitcast_rule, _bitcast_impl)
 
 # --- reductions --------------------------------------------------------------------------------
 
@@ -315,7 +328,8 @@ reduce_max_p = _reduce("reduce_max", np.max, "bif")  # identity is -inf / the dt
 reduce_min_p = _reduce("reduce_min", np.min, "bif")
 
 
-def _identity_reduce(fn: Callable[..., np.ndarray], identity: Callable[[np.dtype], Any]) -> Callable[..., Any]:
+def _identity_reduce(fn: Callable[..., np.ndarray],
+                     identity: Callable[[np.dtype], Any]) -> Callable[..., Any]:
     """NumPy's max/min refuse empty axes; the IR defines them as the reduction's identity."""
     def impl(x: np.ndarray, *, axes: tuple[int, ...]) -> np.ndarray:
         x = np.asarray(x)
@@ -623,7 +637,8 @@ def _iota_impl(*, dtype: np.dtype, shape: tuple[int, ...], dimension: int) -> np
 iota_p = Primitive("iota", _iota_rule, _iota_impl)
 
 
-def _dot_general_rule(lhs: ShapedArray, rhs: ShapedArray, *, contracting: tuple[tuple[int, ...], tuple[int, ...]],
+def _dot_general_rule(lhs: ShapedArray, rhs: ShapedArray, *,
+                      contracting: tuple[tuple[int, ...], tuple[int, ...]],
                       batch: tuple[tuple[int, ...], tuple[int, ...]]) -> ShapedArray:
     """Output dims: batch dims, then lhs free dims, then rhs free dims (XLA's DotGeneral order)."""
     dtype = _same_dtype("dot_general", [lhs, rhs])
@@ -662,16 +677,19 @@ def _dot_general_impl(lhs: np.ndarray, rhs: np.ndarray, *, contracting: Any, bat
 dot_general_p = Primitive("dot_general", _dot_general_rule, _dot_general_impl)
 
 
-def _sort_rule(*operands: ShapedArray, dimension: int, num_keys: int, descending: bool) -> tuple[ShapedArray, ...]:
+def _sort_rule(*operands: ShapedArray, dimension: int, num_keys: int,
+               descending: bool) -> tuple[ShapedArray, ...]:
     if not operands or not 1 <= num_keys <= len(operands):
-        raise ValueError(f"sort needs 1 <= num_keys <= number of operands, got {num_keys} and {len(operands)}")
+        raise ValueError(f"sort needs 1 <= num_keys <= number of operands, "
+                         f"got {num_keys} and {len(operands)}")
     if len({o.shape for o in operands}) != 1:
         raise ValueError(f"sort operands must share one shape, got {[o.shape for o in operands]}")
     _normalize_axes("sort", (dimension,), operands[0].ndim)
     return operands
 
 
-def _sort_impl(*operands: np.ndarray, dimension: int, num_keys: int, descending: bool) -> tuple[np.ndarray, ...]:
+def _sort_impl(*operands: np.ndarray, dimension: int, num_keys: int,
+               descending: bool) -> tuple[np.ndarray, ...]:
     """Stable lexicographic sort along ``dimension`` by the first ``num_keys`` operands; NaNs last
     (first when descending); the other operands are permuted alike."""
     arrays = [np.moveaxis(np.asarray(o), dimension, -1) for o in operands]
@@ -695,7 +713,8 @@ def _rotate_left(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
 
-def threefry2x32_numpy(k0: np.ndarray, k1: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def threefry2x32_numpy(k0: np.ndarray, k1: np.ndarray,
+                       x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Threefry-2x32 with 20 rounds (Salmon et al., 2011), the counter-based hash behind JAX's keys."""
     k0, k1, x0, x1 = (np.asarray(v, np.uint32) for v in (k0, k1, x0, x1))
     keys = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
@@ -710,7 +729,8 @@ def threefry2x32_numpy(k0: np.ndarray, k1: np.ndarray, x0: np.ndarray, x1: np.nd
     return x0, x1
 
 
-def _threefry_rule(k0: ShapedArray, k1: ShapedArray, x0: ShapedArray, x1: ShapedArray) -> tuple[ShapedArray, ...]:
+def _threefry_rule(k0: ShapedArray, k1: ShapedArray,
+                   x0: ShapedArray, x1: ShapedArray) -> tuple[ShapedArray, ...]:
     avals = [k0, k1, x0, x1]
     if any(a.dtype != dtypes.uint32 for a in avals):
         raise TypeError(f"threefry2x32 takes uint32 operands, got {[a.dtype.name for a in avals]}")

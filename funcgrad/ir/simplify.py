@@ -9,6 +9,7 @@ hand-written program. Every rewrite keeps the result bit-for-bit: ``x + 0.0`` is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -66,11 +67,12 @@ def _fold(eqn: Eqn) -> Literal | None:
     if out.aval.shape != ():
         return None
     with np.errstate(all="ignore"):
-        value = np.asarray(eqn.primitive.impl(*(a.value for a in eqn.inputs), **eqn.param_dict))
+        value = np.asarray(eqn.primitive.impl(*(a.value for a in eqn.inputs if isinstance(a, Literal)),
+                                              **eqn.param_dict))
     return Literal(value.astype(out.aval.dtype)[()], out.aval)
 
 
-def _atom_key(atom: Any) -> Any:
+def _atom_key(atom: Var | Literal) -> Any:
     if isinstance(atom, Literal):
         return ("literal", atom.aval.dtype.name, atom.value.item())
     return ("var", atom.id)
@@ -104,13 +106,14 @@ def simplify(ir: IR) -> IR:
             key = (eqn.primitive.name, tuple(_atom_key(a) for a in eqn.inputs), eqn.params)
             try:
                 previous = seen.get(key)
-            except TypeError:  # an unhashable parameter: leave it alone
-                previous, key = None, None
+                hashable = True
+            except TypeError:  # an unhashable parameter: leave the equation alone
+                previous, hashable = None, False
             if previous is not None:
                 for old, new in zip(eqn.outputs, previous.outputs):
                     substitution[old.id] = new
                 continue
-            if key is not None:
+            if hashable:
                 seen[key] = eqn
         kept.append(eqn)
     outputs = [resolve(a) for a in ir.outputs]

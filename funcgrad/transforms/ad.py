@@ -120,7 +120,7 @@ class _Linearized:
             if aux_ir is not None else None
         self._transposed: IR | None = None
 
-    def pullback(self, cotangents: Sequence[Tensor]) -> list[Tensor]:
+    def pullback(self, cotangents: Sequence[Any]) -> list[Tensor]:
         """Cotangents of every flat input (zeros for non-differentiable inputs)."""
         if self._transposed is None:
             linear = [False] * self.num_residuals + [True] * sum(self.has_tangent)
@@ -147,7 +147,7 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
         ct_leaves, ct_tree = tree.flatten(cotangent)
         if ct_tree != lin.out_tree:
             raise ValueError(f"vjp: the cotangent has structure {ct_tree} but the output has {lin.out_tree}")
-        checked = []
+        checked: list[Any] = []  # Tensors, or NumPy scalars that stay literals
         for i, (ct, aval) in enumerate(zip(ct_leaves, lin.out_avals)):
             if isinstance(ct, np.generic) and ct.dtype == aval.dtype:
                 checked.append(ct)  # stays an inline literal in traced IRs (grad's seed 1.0)

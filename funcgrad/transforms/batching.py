@@ -169,7 +169,7 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0, axis_size:
         out_prefix = out_axes
         out_placeholder = tree.unflatten(out_tree, [0] * out_tree.num_leaves)
         wanted = tree.broadcast_prefix(out_prefix, out_placeholder)
-        normalized = []
+        normalized: list[int | None] = []
         for want, atom in zip(wanted, ir.outputs):
             if want is None:
                 normalized.append(None)

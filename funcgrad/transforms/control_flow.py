@@ -315,9 +315,9 @@ def _scan_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eqn], li
                     + [v for v, u in zip(out_y_vars, y_u) if not u] + stacked_vars)
     # unknown body inputs: residuals (in order), unknown consts, unknown carry, unknown xs
     res_vars = list(unknown_ir.in_vars[:n_res])
-    res_index = {r.id: i for i, r in enumerate(residuals)}
-    invariant_inputs = [res_vars[res_index[r.id]] for r in invariant]
-    stacked_inputs = [res_vars[res_index[r.id]] for r in stacked]
+    res_index = {r.id: i for i, r in enumerate(residuals) if isinstance(r, Var)}
+    invariant_inputs = [res_vars[res_index[r.id]] for r in invariant if isinstance(r, Var)]
+    stacked_inputs = [res_vars[res_index[r.id]] for r in stacked if isinstance(r, Var)]
     rest = list(unknown_ir.in_vars[n_res:])
     n_cu, n_ku = sum(const_u), sum(carry_u)
     unknown_body = IR(invariant_inputs + rest[:n_cu] + rest[n_cu:n_cu + n_ku] + stacked_inputs + rest[n_cu + n_ku:],

@@ -88,9 +88,9 @@ class custom_jvp:  # noqa: N801 - named like JAX's decorator
         return jvp
 
     def __call__(self, *args: Any) -> Any:
-        if self.jvp is None:
-            raise AttributeError(f"custom_jvp function {self.__name__} has no rule; call .defjvp(rule) first")
         name = getattr(self.fun, "__name__", "fun")
+        if self.jvp is None:
+            raise AttributeError(f"custom_jvp function {name} has no rule; call .defjvp(rule) first")
         ir, out_tree, leaves = _trace(self.fun, args, f"custom_jvp({name})")
         in_tree = tree.structure(tuple(args))
         user_jvp = self.jvp
@@ -164,9 +164,9 @@ class custom_vjp:  # noqa: N801
         self.fwd, self.bwd = fwd, bwd
 
     def __call__(self, *args: Any) -> Any:
-        if self.fwd is None or self.bwd is None:
-            raise AttributeError(f"custom_vjp function {self.__name__} has no rule; call .defvjp(fwd, bwd) first")
         name = getattr(self.fun, "__name__", "fun")
+        if self.fwd is None or self.bwd is None:
+            raise AttributeError(f"custom_vjp function {name} has no rule; call .defvjp(fwd, bwd) first")
         ir, out_tree, leaves = _trace(self.fun, args, f"custom_vjp({name})")
         in_tree = tree.structure(tuple(args))
         in_avals = [leaf.aval for leaf in leaves]

@@ -63,7 +63,7 @@ class Jitted:
                 raise ValueError(f"jit({self.name}): static_argnums {n} is out of range for {len(args)} "
                                  "positional arguments")
         static_pos = sorted({n % len(args) for n in self.static_argnums}) if args else []
-        static_values = tuple((n, args[n]) for n in static_pos)
+        static_values: tuple[tuple[int | str, Any], ...] = tuple((n, args[n]) for n in static_pos)
         static_values += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
         for where, value in static_values:
             try:
