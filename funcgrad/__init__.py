@@ -28,6 +28,9 @@ remat = checkpoint
 
 __version__ = "0.1.0"
 
-__all__ = ["Array", "ConcretizationError", "EscapedTracerError", "IR", "ShapedArray", "Tensor",
-           "TracerError", "checkpoint", "custom_jvp", "custom_vjp", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "linearize",
-           "lax", "make_ir", "numpy", "random", "remat", "stop_gradient", "tree", "value_and_grad", "vjp", "vmap"]
+__all__ = [
+    "Array", "ConcretizationError", "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
+    "checkpoint", "custom_jvp", "custom_vjp", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
+    "jit", "jvp", "lax", "linearize", "make_ir", "numpy", "random", "remat", "stop_gradient", "tree",
+    "value_and_grad", "vjp", "vmap",
+]

@@ -42,7 +42,9 @@ def leaf_aval(leaf: Any, where: str = "argument") -> tuple[ShapedArray, bool]:
                     "function takes pytrees (tuples, lists, dicts, ...) whose leaves are arrays or scalars")
 
 
-_NARROWED: dict[np.dtype, np.dtype] = {dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32, dtypes.uint64: dtypes.uint32}
+_NARROWED: dict[np.dtype, np.dtype] = {
+    dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32, dtypes.uint64: dtypes.uint32,
+}
 
 
 def _default_dtype(dtype: np.dtype) -> np.dtype:

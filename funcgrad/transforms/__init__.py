@@ -14,4 +14,7 @@ from funcgrad.transforms.batching import vmap
 from funcgrad.transforms.custom import checkpoint, custom_jvp, custom_vjp, eval_shape, stop_gradient
 from funcgrad.transforms.jit import jit
 
-__all__ = ["checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "stop_gradient", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "linearize", "value_and_grad", "vjp", "vmap"]
+__all__ = [
+    "checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd", "jacrev", "jit",
+    "jvp", "linearize", "stop_gradient", "value_and_grad", "vjp", "vmap",
+]

@@ -204,7 +204,8 @@ def _check_float_inputs(args: Sequence[Any], argnums: Sequence[int], label: str)
                                 "(argnums=...), or cast with .astype(float32).")
 
 
-def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
+def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
+                   has_aux: bool = False) -> Callable[..., Any]:
     """A function returning ``(fn(*args), gradient)``; with ``has_aux`` ``((value, aux), gradient)``.
     The gradient has the structure of the ``argnums`` argument(s)."""
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive, broadcast_in_dim_p, transpose_p
-from funcgrad.tensor import Tensor, bind
 from funcgrad.ir.simplify import simplify
+from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import trace_avals
 
 BatchRule = Callable[..., tuple[Any, Any]]
@@ -59,7 +59,8 @@ def batched_aval(aval: ShapedArray, dim: int | None, axis_size: int) -> ShapedAr
     return ShapedArray(tuple(shape), aval.dtype)
 
 
-def vmap_eval(ir: IR, args: Sequence[Any], dims: Sequence[int | None], axis_size: int) -> tuple[list[Any], list[int | None]]:
+def vmap_eval(ir: IR, args: Sequence[Any], dims: Sequence[int | None],
+              axis_size: int) -> tuple[list[Any], list[int | None]]:
     env: dict[int, tuple[Any, int | None]] = {}
     for var, const in zip(ir.const_vars, ir.consts):
         env[var.id] = (const, None)
@@ -124,7 +125,8 @@ def _normalize_in_axis(axis: Any, ndim: int, where: str) -> int | None:
     return axis % ndim
 
 
-def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None = None) -> Callable[..., Any]:
+def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
+         axis_size: int | None = None) -> Callable[..., Any]:
     """Vectorize ``fn`` over an axis of its arguments.
 
     ``in_axes`` is an int, None, or a pytree prefix of the argument tuple (lists of per-argument

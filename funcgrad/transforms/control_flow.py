@@ -89,7 +89,7 @@ def _cond_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eqn], li
     all_residuals = [Var(a) for avals in residual_avals for a in avals]
     unknown_branches = []
     offset = 0
-    for (_, unknown_ir, _, n_res), avals in zip(splits, residual_avals):
+    for _, unknown_ir, _, n_res in splits:
         others_before = [Var(r.aval) for r in all_residuals[:offset]]
         others_after = [Var(r.aval) for r in all_residuals[offset + n_res:]]
         in_vars = list(unknown_ir.in_vars)

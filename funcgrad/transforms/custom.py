@@ -20,11 +20,11 @@ from funcgrad import tree
 from funcgrad.ir.core import IR, Eqn, ShapedArray
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
 from funcgrad.ir.primitives import stop_gradient_p
+from funcgrad.ir.simplify import dce
 from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import leaf_aval, trace_flat
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
 from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
-from funcgrad.ir.simplify import dce
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
 from funcgrad.transforms.transpose import is_undefined, transpose_ir, transpose_rules
 

@@ -21,8 +21,8 @@ from typing import Any
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive
-from funcgrad.tensor import Tensor, bind
 from funcgrad.ir.simplify import simplify
+from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import trace_avals
 
 JvpRule = Callable[..., tuple[Any, Any]]
@@ -80,7 +80,8 @@ def jvp_eval(ir: IR, primals: Sequence[Any], tangents: Sequence[Tensor | None]) 
     return [read(a) for a in ir.outputs], [read_tangent(a) for a in ir.outputs]
 
 
-def jvp_ir(ir: IR, has_tangent: Sequence[bool], instantiate_outputs: bool | Sequence[bool] = False) -> tuple[IR, list[bool]]:
+def jvp_ir(ir: IR, has_tangent: Sequence[bool],
+           instantiate_outputs: bool | Sequence[bool] = False) -> tuple[IR, list[bool]]:
     """The JVP of ``ir``: inputs ``(primals, tangents of flagged inputs)``, outputs ``(outs, tangents
     of outputs that are not symbolically zero)``. Returns the IR and which outputs have tangents
     (all differentiable ones if ``instantiate_outputs``)."""

@@ -20,8 +20,8 @@ import attrs
 
 from funcgrad.ir.core import IR, Literal, ShapedArray, Var
 from funcgrad.ir.primitives import Primitive, add_p
-from funcgrad.tensor import Tensor, bind
 from funcgrad.ir.simplify import simplify
+from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import trace_avals
 from funcgrad.transforms.jvp import instantiate
 
