@@ -88,12 +88,35 @@ def tour_random() -> None:
     print("same key, same numbers:", np.array_equal(first, again))
 
 
+def tour_transforms() -> None:
+    section("6. Transformations: grad, jit, vmap, in any composition")
+
+    def loss(w, x, y):
+        return fnp.mean((fnp.tanh(x @ w) - y) ** 2)
+
+    key_w, key_x = fg.random.split(fg.random.key(0))
+    w = fg.random.normal(key_w, (3, 1))
+    x = fg.random.normal(key_x, (8, 3))
+    y = fnp.ones((8, 1))
+    print("loss(w) =", loss(w, x, y).item())
+    print("grad(loss)(w) =", fg.grad(loss)(w, x, y).numpy().ravel())
+    fast_step = fg.jit(lambda w, x, y: w - 0.5 * fg.grad(loss)(w, x, y))
+    for _ in range(20):
+        w = fast_step(w, x, y)
+    print("after 20 jitted steps: loss =", loss(w, x, y).item(), f"(traced {fast_step.trace_count} time)")
+    per_example = fg.vmap(fg.grad(loss), in_axes=(None, 0, 0))(w, x[:, None], y[:, None])
+    print("per-example gradients (vmap of grad):", per_example.shape)
+    print("The IR of grad(loss):")
+    print(fg.make_ir(fg.grad(loss))(w, x, y))
+
+
 def main() -> None:
     tour_lazy_tensors()
     tour_numpy()
     tour_ir()
     tour_pytrees()
     tour_random()
+    tour_transforms()
     print("\nDone. Next: docs/architecture.md explains how these layers fit together.")
 
 

@@ -62,8 +62,9 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
     out_tree = traced[0][1]
     for i, (ir, tree_i, _) in enumerate(traced):
         if tree_i != out_tree or ir.out_avals != traced[0][0].out_avals:
-            raise TypeError(f"switch/cond: branch {i} returns {tree_i} with types {avals_str(ir.out_avals)} but "
-                            f"branch 0 returns {out_tree} with types {avals_str(traced[0][0].out_avals)}")
+            raise TypeError(f"switch/cond: branch {i} returns {tree_i} with types {avals_str(ir.out_avals)} "
+                            f"but branch 0 returns {out_tree} with types "
+                            f"{avals_str(traced[0][0].out_avals)}")
     # one operand list for every branch: all branches' consts, then the operands
     branch_irs, all_consts = merge_consts([closed for _, _, closed in traced])
     leaves = [_as_tensor(x) for x in tree.leaves(tuple(operands))]
@@ -105,15 +106,16 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     body_ir, body_tree, body_consts = _trace(body_fun, (init_val,), "while_loop body_fun")
     if body_tree != init_tree or list(body_ir.out_avals) != carry_avals:
         raise TypeError(f"while_loop: body_fun must return the same structure and types as init_val: got "
-                        f"{body_tree} {avals_str(body_ir.out_avals)}, expected {init_tree} {avals_str(carry_avals)}")
+                        f"{body_tree} {avals_str(body_ir.out_avals)}, "
+                        f"expected {init_tree} {avals_str(carry_avals)}")
     outs = bind(while_p, *cond_consts, *body_consts, *init_leaves, cond_ir=cond_ir, body_ir=body_ir,
                 cond_nconsts=len(cond_consts), body_nconsts=len(body_consts))
     return tree.unflatten(init_tree, list(outs))
 
 
 def _bool_output(ir: IR) -> IR:
-    from funcgrad.trace import trace_avals
     from funcgrad.tensor import evaluate
+    from funcgrad.trace import trace_avals
 
     def run(*args: Tensor) -> list[Tensor]:
         (out,) = evaluate(ir, *args)
@@ -151,9 +153,9 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     carry_tree, y_tree = out_tree.children()
     carry_avals = [x.aval for x in init_leaves]
     if carry_tree != init_tree or list(body_ir.out_avals[:len(carry_avals)]) != carry_avals:
-        raise TypeError(f"scan: f must return a carry of the same structure and types as init: got {carry_tree} "
-                        f"{avals_str(body_ir.out_avals[:len(carry_avals)])}, expected {init_tree} "
-                        f"{avals_str(carry_avals)}")
+        raise TypeError(f"scan: f must return a carry of the same structure and types as init: "
+                        f"got {carry_tree} {avals_str(body_ir.out_avals[:len(carry_avals)])}, "
+                        f"expected {init_tree} {avals_str(carry_avals)}")
     outs = bind(scan_p, *consts, *init_leaves, *xs_leaves, body=body_ir, length=steps, reverse=bool(reverse),
                 num_consts=len(consts), num_carry=len(init_leaves))
     carry = tree.unflatten(init_tree, list(outs[:len(init_leaves)]))

@@ -402,7 +402,8 @@ def broadcast_prefix(prefix: PyTree, full: PyTree, is_leaf: IsLeaf = None) -> li
         p_children, p_def = one_level(p)
         f_children, f_def = one_level(f)
         if p_def != f_def:
-            raise ValueError(f"the prefix tree {structure(p)} does not match the argument tree {structure(f)}")
+            raise ValueError(f"the prefix tree {structure(p)} does not match "
+                             f"the argument tree {structure(f)}")
         for pc, fc in zip(p_children, f_children):
             walk(pc, fc)
 

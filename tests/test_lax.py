@@ -146,9 +146,12 @@ def test_scan_gradients_against_finite_differences():
 
 
 def test_scan_reverse_mode_saves_loop_invariants_once():
+    def loss(w, xs):
+        _, hiddens = lax.scan(lambda h, x: (fnp.tanh(h @ w + x), h), fnp.zeros(3), xs)
+        return fnp.sum(hiddens)
+
     weights = fnp.ones((3, 3))
-    ir = fg.make_ir(fg.grad(lambda w, xs: fnp.sum(lax.scan(lambda h, x: (fnp.tanh(h @ w + x), h), fnp.zeros(3),
-                                                                        xs)[1])))(weights, fnp.ones((5, 3)))
+    ir = fg.make_ir(fg.grad(loss))(weights, fnp.ones((5, 3)))
     scans = [e for e in ir.eqns if e.primitive.name == "scan"]
     assert len(scans) == 2  # forward (emitting residuals) and transposed
     backward = scans[1]
@@ -184,10 +187,11 @@ def test_vmap_of_scan_matches_a_loop():
     ws = fnp.asarray([0.5, 0.7, 0.9])
     xs = fnp.asarray([0.1, -0.4, 0.3])
     batched = fg.vmap(rnn_loss, in_axes=(0, None))(ws, xs)
-    np.testing.assert_allclose(batched.numpy(), [rnn_loss(float(w), xs).item() for w in ws.numpy()], rtol=1e-6)
+    looped = [rnn_loss(float(w), xs).item() for w in ws.numpy()]
+    np.testing.assert_allclose(batched.numpy(), looped, rtol=1e-6)
     per_example = fg.vmap(fg.grad(rnn_loss), in_axes=(0, None))(ws, xs)
-    np.testing.assert_allclose(per_example.numpy(), [fg.grad(rnn_loss)(float(w), xs).item() for w in ws.numpy()],
-                               rtol=1e-5)
+    looped_grads = [fg.grad(rnn_loss)(float(w), xs).item() for w in ws.numpy()]
+    np.testing.assert_allclose(per_example.numpy(), looped_grads, rtol=1e-5)
     xs_batch = fnp.asarray(np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32))
     over_xs = fg.vmap(rnn_loss, in_axes=(None, 0))(0.7, xs_batch)
     np.testing.assert_allclose(over_xs.numpy(), [rnn_loss(0.7, x).item() for x in xs_batch], rtol=1e-6)

@@ -21,10 +21,11 @@ i32 = np.array([[3, -7, 2], [0, 5, -1]], np.int32)
 u32 = np.array([1, 2, 3], np.uint32)
 boolean = np.array([[True, False, True], [False, False, True]])
 
-_UNARY_FLOAT = ["exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
-                "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf", "floor",
-                "ceil", "round", "is_finite", "neg", "abs", "sign"]
-_BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "eq", "ne", "lt", "le", "gt", "ge"]
+_UNARY_FLOAT = ["exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos",
+                "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf",
+                "floor", "ceil", "round", "is_finite", "neg", "abs", "sign"]
+_BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2",
+           "eq", "ne", "lt", "le", "gt", "ge"]
 
 SAMPLES: dict[str, tuple[tuple, dict]] = {name: ((positive,), {}) for name in _UNARY_FLOAT}
 SAMPLES.update({"asin": ((unit,), {}), "acos": ((unit,), {}), "atanh": ((unit,), {}),
@@ -53,7 +54,8 @@ SAMPLES.update({
     "dynamic_slice": ((f32, np.int32(1), np.int32(5)), {"slice_sizes": (1, 2)}),
     "dynamic_update_slice": ((f32, np.ones((1, 2), np.float32), np.int32(0), np.int32(1)), {}),
     "gather": ((f32, np.array([[1, 2], [0, 0]], np.int32)), {"axes": (0, 1)}),
-    "scatter": ((f32, np.array([[1], [0]], np.int32), np.ones((2, 3), np.float32)), {"axes": (0,), "mode": "add"}),
+    "scatter": ((f32, np.array([[1], [0]], np.int32), np.ones((2, 3), np.float32)),
+                {"axes": (0,), "mode": "add"}),
     "iota": ((), {"dtype": dtypes.int32, "shape": (2, 3), "dimension": 1}),
     "dot_general": ((f32, positive), {"contracting": ((1,), (1,)), "batch": ((), ())}),
     "sort": ((f32, i32), {"dimension": 1, "num_keys": 1, "descending": False}),
@@ -76,13 +78,15 @@ SAMPLES.update({
     "stop_gradient": ((f32,), {}),
     "jit": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "name": "double"}),
     "checkpoint": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "name": "double"}),
-    "custom_jvp_call": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "jvp": None, "num_consts": 0, "name": "f"}),
+    "custom_jvp_call": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "jvp": None,
+                                  "num_consts": 0, "name": "f"}),
     "custom_vjp_call": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "fwd": None, "bwd": None,
                                   "num_consts": 0, "name": "f"}),
     "custom_lin": ((_vec, _vec), {"num_residuals": 1, "bwd": None, "out_avals": (_F,)}),
     "cond": ((np.int32(1), _vec), {"branches": (_sub_ir(lambda x: x * 2, _F), _sub_ir(lambda x: -x, _F))}),
     "while": ((np.float32(1.0),), {"cond_ir": _sub_ir(lambda x: x < 10, _S),
-                                   "body_ir": _sub_ir(lambda x: x * 3, _S), "cond_nconsts": 0, "body_nconsts": 0}),
+                                   "body_ir": _sub_ir(lambda x: x * 3, _S),
+                                   "cond_nconsts": 0, "body_nconsts": 0}),
     "scan": ((np.float32(0.0), _vec), {"body": _sub_ir(lambda c, x: (c + x, c * x), _S, _S), "length": 3,
                                        "reverse": False, "num_consts": 0, "num_carry": 1}),
 })

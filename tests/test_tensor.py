@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 
@@ -87,13 +89,21 @@ def test_iteration_and_len():
         len(Tensor(1.0))
 
 
-@pytest.mark.parametrize("op", ["+", "-", "*", "/", "//", "%", "**", "<", "<=", ">", ">=", "==", "!="])
+_BINARY_OPERATORS = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
+}
+
+
+@pytest.mark.parametrize("op", list(_BINARY_OPERATORS))
 def test_binary_operators_match_numpy(op):
+    apply = _BINARY_OPERATORS[op]
     a = np.array([[1.5, -2.0, 3.0]], np.float32)
     b = np.array([[2.0], [0.5]], np.float32)
     with np.errstate(invalid="ignore"):  # (-2.0) ** 0.5 is NaN in both
-        expected = eval(f"a.astype(np.float64) {op} b.astype(np.float64)")
-    for actual in (eval(f"Tensor(a) {op} Tensor(b)"), eval(f"Tensor(a) {op} b"), eval(f"a {op} Tensor(b)")):
+        expected = apply(a.astype(np.float64), b.astype(np.float64))
+    for actual in (apply(Tensor(a), Tensor(b)), apply(Tensor(a), b), apply(a, Tensor(b))):
         np.testing.assert_allclose(actual.numpy(), expected, rtol=1e-6)
 
 
@@ -136,7 +146,8 @@ def test_sparse_categorical_crossentropy_matches_numpy():
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     expected = -log_probs[np.arange(2), labels].mean()
-    assert Tensor(logits).sparse_categorical_crossentropy(Tensor(labels)).item() == pytest.approx(expected, rel=1e-6)
+    loss = Tensor(logits).sparse_categorical_crossentropy(Tensor(labels))
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
     with pytest.raises(ValueError, match="labels of shape \\(3,\\)"):
         Tensor(logits).sparse_categorical_crossentropy(Tensor([0, 1, 2]))
 

@@ -15,7 +15,7 @@ from funcgrad.ir.dtypes import (
 )
 from funcgrad.ir.dtypes import bool_ as bool  # noqa: A001 - the Array API name
 from funcgrad.numpy.conversion import (
-    asarray, astype, broadcast_arrays, broadcast_shapes, broadcast_to, result_type,
+    asarray, astype, broadcast_arrays, broadcast_shapes, broadcast_to, isdtype, result_type,
 )
 from funcgrad.numpy.creation import *  # noqa: F403
 from funcgrad.numpy.elementwise import *  # noqa: F403
@@ -28,22 +28,3 @@ from funcgrad.tensor import Array, Tensor
 
 array = asarray
 e, pi, inf, nan, newaxis = 2.718281828459045, 3.141592653589793, float("inf"), float("nan"), None
-
-
-def isdtype(dtype, kind):  # type: ignore[no-untyped-def]
-    """The Array API's dtype classification: kind is a dtype, a kind name, or a tuple of them."""
-    from funcgrad.ir import dtypes as _dt
-    if isinstance(kind, tuple):
-        return any(isdtype(dtype, k) for k in kind)
-    dtype = _dt.canonicalize(dtype)
-    if not isinstance(kind, str):
-        return dtype == _dt.canonicalize(kind)
-    checks = {
-        "bool": _dt.is_bool, "signed integer": lambda d: d.kind == "i",
-        "unsigned integer": _dt.is_unsigned, "integral": _dt.is_int,
-        "real floating": _dt.is_float, "complex floating": lambda d: False,
-        "numeric": lambda d: not _dt.is_bool(d),
-    }
-    if kind not in checks:
-        raise ValueError(f"unknown dtype kind {kind!r}; expected one of {sorted(checks)}")
-    return checks[kind](dtype)

@@ -9,7 +9,7 @@ combines both and binds an elementwise primitive. Python scalars reach the IR as
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,7 +22,8 @@ _PY_SCALARS = (bool, int, float)
 ArrayLike = Any  # Tensor | np.ndarray | bool | int | float | nested sequences
 
 
-def asarray(obj: ArrayLike, dtype: Any = None, *, copy: bool | None = None, device: str | None = None) -> Tensor:
+def asarray(obj: ArrayLike, dtype: Any = None, *, copy: bool | None = None,
+            device: str | None = None) -> Tensor:
     """Convert ``obj`` to a Tensor; Tensors pass through (cast if ``dtype`` differs).
 
     >>> asarray([1, 2, 3]).dtype
@@ -68,7 +69,7 @@ def _to_numpy_scalar(value: Any, dtype: np.dtype) -> np.generic:
         if not info.min <= value <= info.max:
             raise OverflowError(f"Python int {value} does not fit in {dtype.name} "
                                 f"(range {info.min}..{info.max})")
-    return np.asarray(value).astype(dtype)[()]
+    return cast(np.generic, np.asarray(value).astype(dtype)[()])  # () on a 0-d array gives a scalar
 
 
 def dtype_and_weak(x: Any) -> tuple[np.dtype, bool]:
@@ -84,9 +85,13 @@ def dtype_and_weak(x: Any) -> tuple[np.dtype, bool]:
     raise TypeError(f"expected an array or a scalar, got {type(x).__name__}")
 
 
+# NumPy's 64-bit defaults (np.array([1.0]), np.int64 scalars) become funcgrad's 32-bit ones, as in JAX
+_HOST_TO_DEFAULT: dict[np.dtype, np.dtype] = {dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32,
+                                              dtypes.uint64: dtypes.uint32}
+
+
 def _host_dtype(dtype: np.dtype) -> np.dtype:
-    return {dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32,
-            dtypes.uint64: dtypes.uint32}.get(np.dtype(dtype), np.dtype(dtype))
+    return _HOST_TO_DEFAULT.get(np.dtype(dtype), np.dtype(dtype))
 
 
 def result_type(*args: Any) -> np.dtype:
@@ -102,6 +107,24 @@ def result_type(*args: Any) -> np.dtype:
         else:
             pairs.append((dtypes.canonicalize(a), False))
     return dtypes.result_type(*pairs)[0]
+
+
+def isdtype(dtype: Any, kind: Any) -> bool:
+    """The Array API's dtype classification: kind is a dtype, a kind name, or a tuple of them."""
+    if isinstance(kind, tuple):
+        return any(isdtype(dtype, k) for k in kind)
+    dtype = dtypes.canonicalize(dtype)
+    if not isinstance(kind, str):
+        return dtype == dtypes.canonicalize(kind)
+    checks = {
+        "bool": dtypes.is_bool, "signed integer": lambda d: d.kind == "i",
+        "unsigned integer": dtypes.is_unsigned, "integral": dtypes.is_int,
+        "real floating": dtypes.is_float, "complex floating": lambda d: False,
+        "numeric": lambda d: not dtypes.is_bool(d),
+    }
+    if kind not in checks:
+        raise ValueError(f"unknown dtype kind {kind!r}; expected one of {sorted(checks)}")
+    return checks[kind](dtype)
 
 
 def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = True, device: str | None = None) -> Tensor:
@@ -135,7 +158,8 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
         sizes = {s[axis - ndim + len(s)] for s in shapes if axis - ndim + len(s) >= 0}
         sizes.discard(1)
         if len(sizes) > 1:
-            raise ValueError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+            listed = ", ".join(str(tuple(s)) for s in shapes)
+            raise ValueError(f"shapes {listed} cannot be broadcast together")
         result.append(sizes.pop() if sizes else 1)
     return tuple(result)
 
