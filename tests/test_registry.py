@@ -130,3 +130,24 @@ def test_primitives_pickle_by_name():
 def test_registering_a_duplicate_name_fails():
     with pytest.raises(ValueError, match="already registered"):
         Primitive("add", lambda x: x, lambda x: x)
+
+
+def test_every_primitive_has_jvp_and_batching_rules():
+    import funcgrad  # noqa: F401  (registers the transformation rules)
+    from funcgrad.transforms.batching import batch_rules
+    from funcgrad.transforms.jvp import jvp_rules
+    assert not [n for n, p in REGISTRY.items() if p not in jvp_rules], "primitives without a jvp rule"
+    assert not [n for n, p in REGISTRY.items() if p not in batch_rules], "primitives without a batching rule"
+
+
+HIGHER_ORDER_TRANSPOSABLE = {"jit", "cond", "scan", "while", "checkpoint", "custom_lin"}
+
+
+def test_higher_order_primitives_have_transpose_and_partial_eval_rules():
+    import funcgrad  # noqa: F401
+    from funcgrad.transforms.partial_eval import pe_rules
+    from funcgrad.transforms.transpose import transpose_rules
+    missing = [n for n in HIGHER_ORDER_TRANSPOSABLE if REGISTRY[n] not in transpose_rules]
+    assert not missing, f"higher-order primitives without a transpose rule: {missing}"
+    # splitting their bodies keeps them one call on each side of a gradient
+    assert {p.name for p in pe_rules} == {"jit", "cond", "scan", "checkpoint"}

@@ -51,12 +51,11 @@ def _user_frame() -> str:
 class Tracer:
     """A handle on a Var of a running trace."""
 
-    __slots__ = ("builder", "var", "created_at")
+    __slots__ = ("builder", "var")
 
     def __init__(self, builder: IRBuilder, var: Var) -> None:
         self.builder = builder
         self.var = var
-        self.created_at = ""  # filled lazily by the builder for inputs and on escape checks
 
     @property
     def aval(self) -> ShapedArray:
