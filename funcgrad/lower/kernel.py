@@ -1,0 +1,400 @@
+"""The kernel IR: what one fused kernel computes, independent of any device.
+
+A ``Kernel`` is a loop nest. Its *global* loops (``g0, g1, ...``) run over ``shape``, the shape of
+its outputs; an optional *reduction* (``r0, r1, ...`` over ``reduce_shape``) folds ``reduce_expr``
+into an accumulator with ``reduce_op``. After the reduction, each output buffer receives its
+``outputs`` expression (which may read the accumulator as ``acc``) at the flat C-order position of
+``(g0, g1, ...)``. Inputs are flat, C-contiguous buffers read with ``load``.
+
+Expressions are ``KExpr`` trees: scalar operations on typed values, with loop indices and index
+arithmetic in int64. They are immutable and compared by structure, so equal kernels render to
+equal source and share a compiled binary. Every renderer (LLVM, OpenCL C, CUDA C, WGSL) consumes
+this one representation; ``evaluate_kernel`` runs it with NumPy as a reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from funcgrad.ir import dtypes
+from funcgrad.ir.core import ShapedArray
+
+INDEX = np.dtype(np.int64)
+BOOL = np.dtype(np.bool_)
+
+# the ALU operations a renderer must support (names follow the IR primitives)
+UNARY = ("neg", "abs", "sign", "exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin",
+         "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf",
+         "floor", "ceil", "round", "is_finite", "not")
+BINARY = ("add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "and", "or", "xor", "shift_left",
+          "shift_right", "eq", "ne", "lt", "le", "gt", "ge")
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+REDUCE_OPS = ("sum", "prod", "max", "min")
+
+
+@attrs.frozen(cache_hash=True)
+class KExpr:
+    """One node of a kernel expression. ``op`` is 'const', 'var', 'load', 'acc', 'where', 'cast',
+    'bitcast', or an ALU name from ``UNARY``/``BINARY``."""
+
+    op: str
+    dtype: np.dtype
+    args: tuple[KExpr, ...] = ()
+    arg: Any = None  # const value, loop variable name, or input buffer number for loads
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+
+# --- constructors with light simplification (mostly index arithmetic) --------------------------
+
+def const(value: Any, dtype: np.dtype) -> KExpr:
+    """A constant; its value is kept as a Python bool/int/float that is exact in ``dtype``."""
+    dtype = np.dtype(dtype)
+    exact = np.asarray(value).astype(dtype)
+    if dtype.kind == "b":
+        return KExpr("const", dtype, (), bool(exact))
+    if dtype.kind in "iu":
+        return KExpr("const", dtype, (), int(exact))
+    return KExpr("const", dtype, (), float(exact.astype(np.float64)))
+
+
+def var(name: str) -> KExpr:
+    return KExpr("var", INDEX, (), name)
+
+
+def load(buffer: int, index: KExpr, dtype: np.dtype) -> KExpr:
+    return KExpr("load", np.dtype(dtype), (index,), buffer)
+
+
+def acc(dtype: np.dtype) -> KExpr:
+    return KExpr("acc", np.dtype(dtype))
+
+
+def is_const(e: KExpr, value: Any = None) -> bool:
+    return e.op == "const" and (value is None or e.arg == value)
+
+
+def alu(op: str, *args: KExpr, dtype: np.dtype | None = None) -> KExpr:
+    """An ALU node; comparisons give bool, others the first operand's dtype. Folds integer
+    constants and the identities of index arithmetic (x + 0, x * 1, x * 0)."""
+    out_dtype = BOOL if op in COMPARISONS else (dtype or args[0].dtype)
+    if all(is_const(a) for a in args) and out_dtype.kind in "iub" and op in _FOLD:
+        return const(_FOLD[op](*(a.arg for a in args)), out_dtype)
+    if op == "add":
+        a, b = args
+        if is_const(a, 0):
+            return b
+        if is_const(b, 0):
+            return a
+    if op == "mul" and out_dtype.kind in "iu":
+        a, b = args
+        if is_const(a, 1):
+            return b
+        if is_const(b, 1):
+            return a
+        if is_const(a, 0) or is_const(b, 0):
+            return const(0, out_dtype)
+    if op in ("div", "rem") and out_dtype.kind in "iu" and is_const(args[1], 1):
+        return args[0] if op == "div" else const(0, out_dtype)
+    return KExpr(op, out_dtype, tuple(args))
+
+
+_FOLD: dict[str, Any] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: int(a / b) if b else 0, "rem": lambda a, b: int(np.fmod(a, b)) if b else 0,
+    "max": max, "min": min, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+    "and": lambda a, b: a & b, "or": lambda a, b: a | b,
+}
+
+
+def where(cond: KExpr, a: KExpr, b: KExpr) -> KExpr:
+    if is_const(cond):
+        return a if cond.arg else b
+    return KExpr("where", a.dtype, (cond, a, b))
+
+
+def cast(x: KExpr, dtype: np.dtype) -> KExpr:
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if is_const(x) and x.dtype.kind in "iub" and dtype.kind in "iub":
+        return const(x.arg, dtype)
+    return KExpr("cast", dtype, (x,))
+
+
+def bitcast(x: KExpr, dtype: np.dtype) -> KExpr:
+    return KExpr("bitcast", np.dtype(dtype), (x,))
+
+
+def flat_index(indices: Sequence[KExpr], shape: Sequence[int]) -> KExpr:
+    """The C-order flat position of ``indices`` in an array of ``shape``."""
+    total = const(0, INDEX)
+    stride = 1
+    for index, size in reversed(list(zip(indices, shape))):
+        if size != 1:
+            total = alu("add", total, alu("mul", index, const(stride, INDEX)))
+        stride *= size
+    return total
+
+
+@attrs.frozen
+class Kernel:
+    """One fused loop nest (see the module docstring)."""
+
+    name: str
+    shape: tuple[int, ...]
+    in_avals: tuple[ShapedArray, ...]
+    out_avals: tuple[ShapedArray, ...]
+    outputs: tuple[KExpr, ...]
+    reduce_shape: tuple[int, ...] = ()
+    reduce_op: str | None = None
+    reduce_expr: KExpr | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for aval in self.out_avals:
+            if int(np.prod(aval.shape)) != int(np.prod(self.shape)):
+                raise ValueError(f"kernel {self.name}: output {aval} does not match its loop shape {self.shape}")
+        if (self.reduce_op is None) != (self.reduce_expr is None):
+            raise ValueError(f"kernel {self.name}: reduce_op and reduce_expr go together")
+
+    @property
+    def acc_dtype(self) -> np.dtype | None:
+        return None if self.reduce_expr is None else self.reduce_expr.dtype
+
+    def __str__(self) -> str:
+        lines = [f"kernel {self.name} global{list(self.shape)}"
+                 + (f" reduce[{self.reduce_op}]{list(self.reduce_shape)}" if self.reduce_op else "")]
+        lines += [f"  in{i}: {a}" for i, a in enumerate(self.in_avals)]
+        if self.reduce_expr is not None:
+            lines.append(f"  acc = {self.reduce_op}(acc, {render_text(self.reduce_expr)})")
+        lines += [f"  out{i}: {a} = {render_text(e)}" for i, (a, e) in enumerate(zip(self.out_avals, self.outputs))]
+        return "\n".join(lines)
+
+
+def render_text(e: KExpr) -> str:
+    """A readable one-line form of an expression (DEBUG=3 prints kernels with it)."""
+    if e.op == "const":
+        return repr(e.arg)
+    if e.op == "var":
+        return str(e.arg)
+    if e.op == "acc":
+        return "acc"
+    if e.op == "load":
+        return f"in{e.arg}[{render_text(e.args[0])}]"
+    if e.op == "cast":
+        return f"{e.dtype.name}({render_text(e.args[0])})"
+    if e.op == "bitcast":
+        return f"bitcast<{e.dtype.name}>({render_text(e.args[0])})"
+    symbols = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==",
+               "ne": "!="}
+    if e.op in symbols:
+        return f"({render_text(e.args[0])} {symbols[e.op]} {render_text(e.args[1])})"
+    return f"{e.op}({', '.join(render_text(a) for a in e.args)})"
+
+
+# --- a NumPy reference evaluator for kernels ---------------------------------------------------
+
+def evaluate_kernel(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run ``kernel`` with NumPy, vectorized over all loop indices at once (the test oracle for
+    renderers, and a fallback device)."""
+    from funcgrad.ir.primitives import REGISTRY
+
+    flat_inputs = [np.ascontiguousarray(x).reshape(-1) for x in inputs]
+    n_global, n_reduce = len(kernel.shape), len(kernel.reduce_shape)
+    grid_shape = tuple(kernel.shape) + tuple(kernel.reduce_shape)
+    grids = np.indices(grid_shape, dtype=np.int64, sparse=True) if grid_shape else []
+    env = {f"g{i}": grids[i] for i in range(n_global)}
+    env.update({f"r{i}": grids[n_global + i] for i in range(n_reduce)})
+    cache: dict[int, Any] = {}
+
+    def ev(e: KExpr, accumulator: Any = None) -> Any:
+        key = id(e)
+        if key in cache and e.op != "acc":
+            return cache[key]
+        if e.op == "const":
+            out: Any = np.asarray(e.arg, e.dtype)
+        elif e.op == "var":
+            out = env[e.arg]
+        elif e.op == "acc":
+            out = accumulator
+        elif e.op == "load":
+            index = ev(e.args[0], accumulator)
+            out = flat_inputs[e.arg][index]
+        elif e.op == "where":
+            c, a, b = (ev(x, accumulator) for x in e.args)
+            out = np.where(c, a, b)
+        elif e.op == "cast":
+            out = REGISTRY["convert_element_type"].impl(np.asarray(ev(e.args[0], accumulator)), new_dtype=e.dtype)
+        elif e.op == "bitcast":
+            out = np.ascontiguousarray(ev(e.args[0], accumulator)).view(e.dtype)
+        else:
+            out = REGISTRY[e.op].impl(*(np.asarray(ev(a, accumulator)) for a in e.args))
+        out = np.asarray(out)
+        if e.op != "var" and out.dtype != e.dtype:
+            out = out.astype(e.dtype)
+        if e.op != "acc":
+            cache[key] = out
+        return out
+
+    with np.errstate(all="ignore"):
+        accumulator = None
+        if kernel.reduce_expr is not None:
+            values = np.broadcast_to(ev(kernel.reduce_expr), grid_shape)
+            axes = tuple(range(n_global, n_global + n_reduce))
+            reducers: dict[str, Any] = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+            reducer = reducers[kernel.reduce_op or ""]
+            work = values.astype(np.float32) if values.dtype in (np.float16, dtypes.bfloat16) else values
+            if values.size == 0 or not axes:
+                identity = {"sum": 0, "prod": 1}.get(kernel.reduce_op or "")
+                if kernel.reduce_op in ("max", "min"):
+                    from funcgrad.ir.primitives import _highest, _lowest
+                    identity = (_lowest if kernel.reduce_op == "max" else _highest)(values.dtype)
+                accumulator = reducer(work, axis=axes, initial=identity) if axes else work
+            else:
+                accumulator = reducer(work, axis=axes)
+            accumulator = np.asarray(accumulator).astype(kernel.reduce_expr.dtype)
+            # keep the reduced axes as size 1 so epilogue expressions broadcast against the grid
+            accumulator = accumulator.reshape(tuple(kernel.shape) + (1,) * n_reduce)
+        results = []
+        for expr, aval in zip(kernel.outputs, kernel.out_avals):
+            value = np.broadcast_to(ev(expr, accumulator), grid_shape if n_reduce == 0 else
+                                    tuple(kernel.shape) + (1,) * n_reduce)
+            results.append(np.array(value.reshape(aval.shape), dtype=aval.dtype))
+    return results
+
+
+# --- index simplification -----------------------------------------------------------------------
+# Movement ops compose into div/mod chains (a reshape of a transpose of a reshape...). Knowing each
+# loop variable's range turns most of them back into plain affine sums, which renderers vectorize.
+
+def _affine(e: KExpr) -> dict[KExpr | None, int] | None:
+    """``e`` as {atom: coefficient} with the constant under None, if it is affine in its atoms."""
+    if e.op == "const" and e.dtype == INDEX:
+        return {None: int(e.arg)}
+    if e.op == "add":
+        a, b = _affine(e.args[0]), _affine(e.args[1])
+        if a is None or b is None:
+            return None
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + v
+        return out
+    if e.op == "sub":
+        a, b = _affine(e.args[0]), _affine(e.args[1])
+        if a is None or b is None:
+            return None
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) - v
+        return out
+    if e.op == "mul" and e.dtype == INDEX and (is_const(e.args[0]) or is_const(e.args[1])):
+        factor, other = (e.args[1], e.args[0]) if is_const(e.args[1]) else (e.args[0], e.args[1])
+        inner = _affine(other)
+        return None if inner is None else {k: v * int(factor.arg) for k, v in inner.items()}
+    if e.dtype == INDEX:
+        return {e: 1}
+    return None
+
+
+def _build(terms: dict[KExpr | None, int]) -> KExpr:
+    total = const(terms.get(None, 0), INDEX)
+    for atom, coef in sorted(((a, c) for a, c in terms.items() if a is not None and c), key=lambda t: str(t[0])):
+        total = alu("add", total, alu("mul", atom, const(coef, INDEX)))
+    return total
+
+
+def _range(e: KExpr, bounds: dict[str, int]) -> tuple[int, int] | None:
+    """Inclusive (min, max) of an index expression, or None when unknown."""
+    if e.op == "const":
+        return int(e.arg), int(e.arg)
+    if e.op == "var":
+        extent = bounds.get(e.arg)
+        return None if extent is None else (0, max(extent - 1, 0))
+    terms = _affine(e)
+    if terms is not None and not (len(terms) == 1 and e in terms):
+        low = high = terms.get(None, 0)
+        for atom, coef in terms.items():
+            if atom is None:
+                continue
+            r = _range(atom, bounds)
+            if r is None:
+                return None
+            low += min(coef * r[0], coef * r[1])
+            high += max(coef * r[0], coef * r[1])
+        return low, high
+    if e.op in ("div", "rem") and is_const(e.args[1]) and int(e.args[1].arg) > 0:
+        r = _range(e.args[0], bounds)
+        n = int(e.args[1].arg)
+        if r is None or r[0] < 0:
+            return None
+        return (r[0] // n, r[1] // n) if e.op == "div" else (0, min(n - 1, r[1]))
+    if e.op == "where":
+        a, b = _range(e.args[1], bounds), _range(e.args[2], bounds)
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    return None
+
+
+def simplify_index(e: KExpr, bounds: dict[str, int], memo: dict[KExpr, KExpr] | None = None) -> KExpr:
+    """Simplify the index arithmetic inside ``e`` given loop extents ``bounds`` (name -> extent)."""
+    memo = {} if memo is None else memo
+    if e in memo:
+        return memo[e]
+    args = tuple(simplify_index(a, bounds, memo) for a in e.args)
+    node = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+    if node.dtype == INDEX and node.op in ("div", "rem") and is_const(node.args[1]) and int(node.args[1].arg) > 0:
+        node = _simplify_divmod(node, bounds)
+    elif node.dtype == INDEX and node.op in ("add", "sub", "mul"):
+        terms = _affine(node)
+        if terms is not None:
+            node = _build(terms)
+    memo[e] = node
+    return node
+
+
+def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:
+    x, n = node.args[0], int(node.args[1].arg)
+    terms = _affine(x)
+    if terms is None:
+        return node
+    multiple: dict[KExpr | None, int] = {k: v // n for k, v in terms.items() if k is not None and v % n == 0}
+    rest = {k: v for k, v in terms.items() if k is None or v % n != 0}
+    rest_const = rest.get(None, 0)
+    # move whole multiples of n out of the constant
+    multiple_const, rest[None] = divmod(rest_const, n)
+    rest_expr = _build(rest)
+    r = _range(rest_expr, bounds)
+    if r is None or r[0] < 0:
+        return node
+    if node.op == "rem":
+        # every multiple term vanishes modulo n (the reference rem has the dividend's sign: x >= 0 here)
+        if not all(_nonnegative(k, bounds) for k in multiple if k is not None):
+            return node
+        return rest_expr if r[1] < n else alu("rem", rest_expr, const(n, INDEX))
+    if not all(_nonnegative(k, bounds) for k in multiple if k is not None):
+        return node
+    quotient = dict(multiple)
+    quotient[None] = quotient.get(None, 0) + multiple_const
+    if r[1] < n:
+        return _build(quotient)
+    return alu("add", _build(quotient), alu("div", rest_expr, const(n, INDEX)))
+
+
+def _nonnegative(e: KExpr, bounds: dict[str, int]) -> bool:
+    r = _range(e, bounds)
+    return r is not None and r[0] >= 0
+
+
+def simplify_kernel(kernel: Kernel) -> Kernel:
+    """``kernel`` with its index arithmetic simplified using its loop extents."""
+    bounds = {f"g{i}": d for i, d in enumerate(kernel.shape)}
+    bounds.update({f"r{i}": d for i, d in enumerate(kernel.reduce_shape)})
+    memo: dict[KExpr, KExpr] = {}
+    return attrs.evolve(kernel, outputs=tuple(simplify_index(e, bounds, memo) for e in kernel.outputs),
+                        reduce_expr=None if kernel.reduce_expr is None else
+                        simplify_index(kernel.reduce_expr, bounds, memo))

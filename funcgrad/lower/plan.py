@@ -1,0 +1,139 @@
+"""Executable plans: run a schedule's steps on a device, and the caches that make realize cheap.
+
+``compile_plan(ir, device)`` schedules an IR into kernels and host steps and compiles every kernel;
+``Plan.run(inputs)`` allocates the intermediate buffers, launches the kernels in order and runs
+the host steps with their NumPy reference implementations. Plans are cached by the IR's structure
+(its printed form), so realizing the same graph shape twice, or calling a jit function again,
+reuses the compiled kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from funcgrad.ir.core import IR, Literal
+from funcgrad.lower.kernel import Kernel, evaluate_kernel
+from funcgrad.lower.schedule import HostStep, KernelStep, Step, schedule
+
+
+class CompiledKernel(Protocol):
+    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None: ...
+
+
+class Device(Protocol):
+    name: str
+
+    def compile(self, kernel: Kernel) -> CompiledKernel: ...
+
+
+class ReferenceDevice:
+    """Runs kernels with the NumPy kernel evaluator (for tests and as a fallback)."""
+
+    name = "REFERENCE"
+
+    def compile(self, kernel: Kernel) -> CompiledKernel:
+        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+            for out, value in zip(outputs, evaluate_kernel(kernel, inputs)):
+                out[...] = value
+        return run
+
+
+def debug_level() -> int:
+    try:
+        return int(os.environ.get("DEBUG", "0") or 0)
+    except ValueError:
+        return 0
+
+
+class Plan:
+    """The compiled form of one IR: kernels (compiled for ``device``) and host steps, in order."""
+
+    def __init__(self, ir: IR, device: Device) -> None:
+        self.ir = ir
+        self.device = device
+        self.steps: list[Step] = schedule(ir)
+        self.compiled = {id(step): device.compile(step.kernel) for step in self.steps if isinstance(step, KernelStep)}
+        self.kernels = [step.kernel for step in self.steps if isinstance(step, KernelStep)]
+        if debug_level() >= 3:
+            for kernel in self.kernels:
+                print(kernel, file=sys.stderr)
+
+    def run(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        env: dict[int, np.ndarray] = {}
+        for var, value in zip(self.ir.const_vars, self.ir.consts if consts is None else consts):
+            env[var.id] = np.asarray(value)
+        for var, value in zip(self.ir.in_vars, args):
+            env[var.id] = np.asarray(value)
+        level = debug_level()
+        for step in self.steps:
+            started = time.perf_counter() if level >= 2 else 0.0
+            if isinstance(step, KernelStep):
+                outputs = [np.empty(v.aval.shape, v.aval.dtype) for v in step.outputs]
+                inputs = [np.ascontiguousarray(env[v.id]) for v in step.inputs]
+                self.compiled[id(step)](inputs, outputs)
+                for var, value in zip(step.outputs, outputs):
+                    env[var.id] = value
+                label = step.kernel.name
+            else:
+                label = _run_host(step, env)
+            if level >= 2:
+                elapsed = time.perf_counter() - started
+                print(f"  {label:<40s} {elapsed * 1e6:9.1f} us", file=sys.stderr)
+        if level >= 1:
+            print(f"realized with {len(self.kernels)} kernels, "
+                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps", file=sys.stderr)
+        return [np.asarray(a.value) if isinstance(a, Literal) else env[a.id] for a in self.ir.outputs]
+
+
+def _run_host(step: HostStep, env: dict[int, np.ndarray]) -> str:
+    eqn = step.eqn
+    args = [np.asarray(a.value) if isinstance(a, Literal) else env[a.id] for a in eqn.inputs]
+    with np.errstate(all="ignore"):
+        outs = eqn.primitive.impl(*args, **eqn.param_dict)
+    outs = outs if eqn.primitive.multiple_results else (outs,)
+    for var, value in zip(eqn.outputs, outs):
+        env[var.id] = np.asarray(value)
+    return f"host {eqn.primitive.name}"
+
+
+_PLANS: OrderedDict[tuple[str, str], Plan] = OrderedDict()
+MAX_CACHED_PLANS = 1024
+
+
+def structure_key(ir: IR) -> str:
+    """A string equal for IRs that compute the same thing from inputs of the same types."""
+    return str(ir)
+
+
+def compile_plan(ir: IR, device: Device) -> Plan:
+    """The plan for ``ir`` on ``device``, from the cache when an equal IR was compiled before.
+
+    The plan's IR has no consts: pass them as leading inputs (``IR`` with consts are opened).
+    """
+    key = (device.name, structure_key(ir))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = Plan(ir, device)
+        _PLANS[key] = plan
+        if len(_PLANS) > MAX_CACHED_PLANS:
+            _PLANS.popitem(last=False)
+    else:
+        _PLANS.move_to_end(key)
+    return plan
+
+
+def run_ir(ir: IR, args: Sequence[np.ndarray], device: Device) -> list[np.ndarray]:
+    """Evaluate ``ir`` (consts included) on ``device`` through a cached plan."""
+    if ir.const_vars:
+        opened = IR(tuple(ir.const_vars) + tuple(ir.in_vars), ir.eqns, ir.outputs)
+        return compile_plan(opened, device).run([np.asarray(c) for c in ir.consts] + list(args))
+    return compile_plan(ir, device).run(args)
+
+

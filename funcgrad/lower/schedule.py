@@ -1,0 +1,418 @@
+"""Scheduling: group an IR's equations into fused kernels, tinygrad-style.
+
+The rules (see docs/architecture.md):
+
+* elementwise equations are inlined into every consumer (recomputed, never stored);
+* movement equations (reshape, broadcast_in_dim, transpose, slice, pad, flip, concatenate) become
+  index arithmetic on the loads of their operand, not copies;
+* a reduction (reduce_* or dot_general) takes its elementwise prologue (everything inlined into
+  its input) and its epilogue (elementwise equations consuming it at the same index) into one
+  kernel; it is stored when anything else reads it (broadcast back, reshaped, read twice, or fed
+  to another reduction);
+* a value is stored where it must be: outputs, the results of reductions read elsewhere, and the
+  operands of *host* equations (primitives without a kernel lowering yet, run by their NumPy
+  reference: sort, scatter, gather, cumulative ops, argmax, control flow, ...).
+
+``schedule(ir)`` returns the ordered steps; ``lower/plan.py`` runs them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from funcgrad.ir import dtypes
+from funcgrad.ir import primitives as P
+from funcgrad.ir.core import IR, Eqn, Literal, Var
+from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_vjp_call_p, jit_p
+from funcgrad.lower import kernel as K
+
+ELEMENTWISE = {name for name in K.UNARY + K.BINARY} | {"select", "convert_element_type", "bitcast_convert_type",
+                                                       "stop_gradient", "iota"}
+MOVEMENT = {"reshape", "broadcast_in_dim", "transpose", "slice", "pad", "flip", "concatenate"}
+BIJECTIVE = {"reshape", "transpose", "flip"}  # movements that renumber elements without repeating any
+REDUCTIONS = {"reduce_sum": "sum", "reduce_prod": "prod", "reduce_max": "max", "reduce_min": "min",
+              "dot_general": "sum"}
+CALLS = (jit_p, checkpoint_p, custom_jvp_call_p, custom_vjp_call_p)
+_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+
+
+def kind_of(eqn: Eqn) -> str:
+    name = eqn.primitive.name
+    if name in ELEMENTWISE:
+        return "elementwise"
+    if name in MOVEMENT:
+        return "movement"
+    if name in REDUCTIONS:
+        return "reduce"
+    return "host"
+
+
+# --- steps --------------------------------------------------------------------------------------
+
+@attrs.frozen(eq=False)
+class KernelStep:
+    kernel: K.Kernel
+    inputs: tuple[Var, ...]   # the buffers the kernel loads, in buffer-number order
+    outputs: tuple[Var, ...]
+
+
+@attrs.frozen(eq=False)
+class HostStep:
+    eqn: Eqn
+
+
+Step = KernelStep | HostStep
+
+
+# --- inlining calls -----------------------------------------------------------------------------
+
+def inline_calls(ir: IR) -> IR:
+    """Replace jit / checkpoint / custom_* calls by their bodies, so fusion crosses them."""
+    if not any(e.primitive in CALLS for e in ir.eqns):
+        return ir
+    substitution: dict[int, Any] = {}
+
+    def resolve(atom: Any) -> Any:
+        while isinstance(atom, Var) and atom.id in substitution:
+            atom = substitution[atom.id]
+        return atom
+
+    eqns: list[Eqn] = []
+    for eqn in ir.eqns:
+        inputs = [resolve(a) for a in eqn.inputs]
+        if eqn.primitive not in CALLS:
+            eqns.append(Eqn(eqn.primitive, inputs, eqn.params, eqn.outputs))
+            continue
+        body = inline_calls(eqn.param_dict["ir"])
+        # fresh variables for the body so inlining the same IR twice stays in SSA form
+        renamed: dict[int, Any] = {v.id: a for v, a in zip(body.in_vars, inputs)}
+
+        def rename(atom: Any, renamed: dict[int, Any] = renamed) -> Any:
+            return renamed.get(atom.id, atom) if isinstance(atom, Var) else atom
+
+        for inner in body.eqns:
+            outs = [Var(v.aval) for v in inner.outputs]
+            renamed.update((v.id, o) for v, o in zip(inner.outputs, outs))
+            eqns.append(Eqn(inner.primitive, [rename(a) for a in inner.inputs], inner.params, outs))
+        for out_var, atom in zip(eqn.outputs, body.outputs):
+            substitution[out_var.id] = rename(atom)
+    return IR(ir.in_vars, eqns, [resolve(a) for a in ir.outputs], ir.const_vars, ir.consts)
+
+
+# --- deciding what is stored --------------------------------------------------------------------
+
+def _materialized(ir: IR) -> set[int]:
+    """Ids of the vars that are stored in memory (besides inputs and consts)."""
+    producer: dict[int, Eqn] = {v.id: e for e in ir.eqns for v in e.outputs}
+    consumers: dict[int, list[Eqn]] = {}
+    for eqn in ir.eqns:
+        for atom in eqn.inputs:
+            if isinstance(atom, Var):
+                consumers.setdefault(atom.id, []).append(eqn)
+    stored: set[int] = {a.id for a in ir.outputs if isinstance(a, Var) and a.id in producer}
+    for eqn in ir.eqns:
+        if kind_of(eqn) == "host":
+            stored.update(a.id for a in eqn.inputs if isinstance(a, Var) and a.id in producer)
+            stored.update(v.id for v in eqn.outputs)
+
+    def identity_edge(consumer: Eqn, operand: Var) -> bool:
+        """Does ``consumer`` read ``operand`` once per output element, so a reduction in ``operand``
+        can be computed inside the consumer's kernel? True for same-shape elementwise ops and for
+        the bijective movements (reshape, transpose, flip), which only renumber the elements."""
+        if consumer.primitive.name in BIJECTIVE:
+            return True
+        return kind_of(consumer) == "elementwise" and operand.aval.shape == consumer.outputs[0].aval.shape
+
+    def users_of(var_id: int) -> list[Eqn]:
+        return list({id(e): e for e in consumers.get(var_id, [])}.values())
+
+    changed = True
+    while changed:  # storing a value can change what later values carry: repeat until stable
+        changed = False
+        pending_reduce: dict[int, int] = {}  # var id -> the unstored reduction its kernel would hold
+        for eqn in ir.eqns:
+            if kind_of(eqn) == "host":
+                continue
+            for out in eqn.outputs:
+                if out.id in stored:
+                    continue
+                if kind_of(eqn) == "reduce":
+                    pending_reduce[out.id] = out.id
+                else:
+                    carried = sorted({pending_reduce[a.id] for a in eqn.inputs if isinstance(a, Var)
+                                      and a.id in pending_reduce and identity_edge(eqn, a)})
+                    if len(carried) > 1:  # two reductions cannot share one kernel: store all but one
+                        stored.update(carried[1:])
+                        changed = True
+                    if carried:
+                        pending_reduce[out.id] = carried[0]
+                if out.id in pending_reduce:
+                    users = users_of(out.id)
+                    # read twice, through a broadcast/slice/pad, by a reduction or a host op: store it
+                    if len(users) > 1 or any(not identity_edge(user, out) for user in users):
+                        stored.add(out.id)
+                        del pending_reduce[out.id]
+                        changed = True
+    return stored
+
+
+# --- building kernel expressions ----------------------------------------------------------------
+
+class _KernelBuilder:
+    """Builds the expression of one stored var, inlining everything that is not stored."""
+
+    def __init__(self, producer: dict[int, Eqn], stored: Callable[[Var], bool]) -> None:
+        self.producer = producer
+        self.is_stored = stored
+        self.loads: list[Var] = []
+        self.memo: dict[tuple[int, tuple[K.KExpr, ...]], K.KExpr] = {}
+        self.reduce: tuple[str, tuple[int, ...], K.KExpr] | None = None
+        self.reduce_var: int | None = None
+
+    def buffer(self, var: Var) -> int:
+        for i, v in enumerate(self.loads):
+            if v is var:
+                return i
+        self.loads.append(var)
+        return len(self.loads) - 1
+
+    def value(self, atom: Any, idx: Sequence[K.KExpr], root: bool = False) -> K.KExpr:
+        if isinstance(atom, Literal):
+            return K.const(atom.value, atom.aval.dtype)
+        if not root and (atom.id not in self.producer or self.is_stored(atom)):
+            shape = atom.aval.shape
+            index = K.flat_index(idx, shape)
+            return K.load(self.buffer(atom), index, _storage_dtype(atom.aval.dtype))
+        key = (atom.id, tuple(idx))
+        if key not in self.memo:
+            eqn = self.producer[atom.id]
+            self.memo[key] = LOWERINGS[eqn.primitive.name](self, eqn, list(idx))
+        return self.memo[key]
+
+
+def _storage_dtype(dtype: np.dtype) -> np.dtype:
+    return dtype
+
+
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    """Low-precision floats compute in float32 (as the reference interpreter does)."""
+    return dtypes.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def _operand(b: _KernelBuilder, eqn: Eqn, i: int, idx: Sequence[K.KExpr]) -> K.KExpr:
+    atom = eqn.inputs[i]
+    if atom.aval.shape == ():  # rank-0 operands broadcast
+        return b.value(atom, [])
+    return b.value(atom, idx)
+
+
+def _elementwise(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    out_dtype = eqn.outputs[0].aval.dtype
+    args = [_operand(b, eqn, i, idx) for i in range(len(eqn.inputs))]
+    name = eqn.primitive.name
+    if name == "stop_gradient":
+        return args[0]
+    if name == "select":
+        return K.where(args[0], args[1], args[2])
+    if name == "convert_element_type":
+        return K.cast(args[0], out_dtype)
+    if name == "bitcast_convert_type":
+        return K.bitcast(args[0], out_dtype)
+    if name == "iota":
+        params = eqn.param_dict
+        return K.cast(idx[params["dimension"]], out_dtype)
+    # low-precision floats: compute in float32, round on the way out
+    compute = [K.cast(a, _compute_dtype(a.dtype)) for a in args]
+    result = K.alu(name, *compute)
+    target = out_dtype if name not in K.COMPARISONS else dtypes.bool_
+    return K.cast(result, target)
+
+
+def _reshape(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    src = eqn.inputs[0].aval.shape
+    flat = K.flat_index(idx, eqn.outputs[0].aval.shape)
+    return b.value(eqn.inputs[0], unflatten_index(flat, src))
+
+
+def unflatten_index(flat: K.KExpr, shape: Sequence[int]) -> list[K.KExpr]:
+    """The multi-index of C-order position ``flat`` in ``shape`` (div/mod arithmetic)."""
+    out = []
+    stride = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    for size in shape:
+        stride //= max(size, 1)
+        if size == 1:
+            out.append(K.const(0, K.INDEX))
+            continue
+        index = K.alu("div", flat, K.const(stride, K.INDEX)) if stride != 1 else flat
+        out.append(K.alu("rem", index, K.const(size, K.INDEX)))
+    return out
+
+
+def _broadcast(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    params = eqn.param_dict
+    src = eqn.inputs[0].aval.shape
+    src_idx = [K.const(0, K.INDEX) if src[i] == 1 else idx[d] for i, d in enumerate(params["broadcast_dimensions"])]
+    return b.value(eqn.inputs[0], src_idx)
+
+
+def _transpose(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    perm = eqn.param_dict["permutation"]
+    src_idx: list[K.KExpr] = [K.const(0, K.INDEX)] * len(perm)
+    for out_axis, src_axis in enumerate(perm):
+        src_idx[src_axis] = idx[out_axis]
+    return b.value(eqn.inputs[0], src_idx)
+
+
+def _slice(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    params = eqn.param_dict
+    src_idx = [K.alu("add", K.alu("mul", i, K.const(st, K.INDEX)), K.const(s, K.INDEX))
+               for i, s, st in zip(idx, params["start"], params["strides"])]
+    return b.value(eqn.inputs[0], src_idx)
+
+
+def _flip(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    shape = eqn.inputs[0].aval.shape
+    axes = eqn.param_dict["axes"]
+    src_idx = [K.alu("sub", K.const(shape[a] - 1, K.INDEX), i) if a in axes else i for a, i in enumerate(idx)]
+    return b.value(eqn.inputs[0], src_idx)
+
+
+def _pad(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    params = eqn.param_dict
+    shape = eqn.inputs[0].aval.shape
+    valid: K.KExpr | None = None
+    src_idx: list[K.KExpr] = []
+    for i, lo, size in zip(idx, params["low"], shape):
+        shifted = K.alu("sub", i, K.const(lo, K.INDEX))
+        if lo == 0 and params["high"][len(src_idx)] == 0:
+            src_idx.append(shifted)
+            continue
+        inside = K.alu("and", K.alu("ge", shifted, K.const(0, K.INDEX)), K.alu("lt", shifted, K.const(size, K.INDEX)))
+        valid = inside if valid is None else K.alu("and", valid, inside)
+        # keep the load in bounds where the value is not used
+        src_idx.append(K.where(inside, shifted, K.const(0, K.INDEX)))
+    inner = b.value(eqn.inputs[0], src_idx) if all(shape) else None
+    pad_value = b.value(eqn.inputs[1], [])
+    if valid is None:
+        return inner if inner is not None else pad_value
+    return K.where(valid, inner, pad_value) if inner is not None else pad_value
+
+
+def _concatenate(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    axis = eqn.param_dict["axis"]
+    offsets = [0] + list(itertools.accumulate(a.aval.shape[axis] for a in eqn.inputs))
+    result: K.KExpr | None = None
+    for atom, start, stop in reversed(list(zip(eqn.inputs, offsets, offsets[1:]))):
+        if start == stop:
+            continue
+        src_idx: list[K.KExpr] = list(idx)
+        src_idx[axis] = K.alu("sub", idx[axis], K.const(start, K.INDEX))
+        if result is None:
+            result = b.value(atom, src_idx)
+            continue
+        inside = K.alu("lt", idx[axis], K.const(stop, K.INDEX))
+        # clamp so the load of the unused branch stays in bounds
+        src_idx[axis] = K.where(inside, src_idx[axis], K.const(0, K.INDEX))
+        result = K.where(inside, b.value(atom, src_idx), result)
+    assert result is not None
+    return result
+
+
+def _reduce(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
+    """Record this reduction as the kernel's reduction; its value in the kernel is ``acc``."""
+    if b.reduce is not None:
+        raise AssertionError("the scheduler put two reductions in one kernel")
+    op = REDUCTIONS[eqn.primitive.name]
+    out_dtype = eqn.outputs[0].aval.dtype
+    if eqn.primitive is P.dot_general_p:
+        reduce_shape, expr = _dot_reduction(b, eqn, idx)
+    else:
+        axes = eqn.param_dict["axes"]
+        src = eqn.inputs[0].aval.shape
+        reduce_shape = tuple(src[a] for a in axes)
+        kept = iter(idx)
+        reduce_vars = iter(K.var(f"r{i}") for i in range(len(axes)))
+        src_idx = [next(reduce_vars) if a in axes else next(kept) for a in range(len(src))]
+        expr = b.value(eqn.inputs[0], src_idx)
+    acc_dtype = _compute_dtype(out_dtype)
+    b.reduce = (op, reduce_shape, K.cast(expr, acc_dtype))
+    return K.cast(K.acc(acc_dtype), out_dtype)
+
+
+def _dot_reduction(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> tuple[tuple[int, ...], K.KExpr]:
+    params = eqn.param_dict
+    (lc, rc), (lb, rb) = params["contracting"], params["batch"]
+    lhs, rhs = eqn.inputs[0].aval, eqn.inputs[1].aval
+    n_batch = len(lb)
+    lhs_free = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+    rhs_free = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+    lhs_idx: list[K.KExpr] = [K.const(0, K.INDEX)] * lhs.ndim
+    rhs_idx: list[K.KExpr] = [K.const(0, K.INDEX)] * rhs.ndim
+    for k, (dl, dr) in enumerate(zip(lb, rb)):
+        lhs_idx[dl] = rhs_idx[dr] = idx[k]
+    for k, d in enumerate(lhs_free):
+        lhs_idx[d] = idx[n_batch + k]
+    for k, d in enumerate(rhs_free):
+        rhs_idx[d] = idx[n_batch + len(lhs_free) + k]
+    for k, (dl, dr) in enumerate(zip(lc, rc)):
+        lhs_idx[dl] = rhs_idx[dr] = K.var(f"r{k}")
+    left = b.value(eqn.inputs[0], lhs_idx)
+    right = b.value(eqn.inputs[1], rhs_idx)
+    compute = _compute_dtype(eqn.outputs[0].aval.dtype)
+    product = K.alu("mul", K.cast(left, compute), K.cast(right, compute))
+    return tuple(lhs.shape[d] for d in lc), product
+
+
+LOWERINGS: dict[str, Callable[[_KernelBuilder, Eqn, list[K.KExpr]], K.KExpr]] = {
+    **{name: _elementwise for name in ELEMENTWISE},
+    "reshape": _reshape, "broadcast_in_dim": _broadcast, "transpose": _transpose, "slice": _slice,
+    "flip": _flip, "pad": _pad, "concatenate": _concatenate,
+    **{name: _reduce for name in REDUCTIONS},
+}
+
+
+# --- the schedule -------------------------------------------------------------------------------
+
+_names = itertools.count()
+
+
+def schedule(ir: IR) -> list[Step]:
+    """The ordered kernels and host steps computing ``ir`` (after inlining calls)."""
+    ir = inline_calls(ir)
+    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    stored = _materialized(ir)
+    steps: list[Step] = []
+    for eqn in ir.eqns:
+        if kind_of(eqn) == "host":
+            steps.append(HostStep(eqn))
+            continue
+        for out in eqn.outputs:
+            if out.id not in stored:
+                continue
+            builder = _KernelBuilder(producer, lambda v: v.id in stored)
+            shape = out.aval.shape
+            idx = [K.var(f"g{i}") for i in range(len(shape))]
+            value = K.cast(builder.value(out, idx, root=True), out.aval.dtype)
+            reduce_op, reduce_shape, reduce_expr = builder.reduce or (None, (), None)
+            kernel = K.simplify_kernel(K.Kernel(name=_kernel_name(eqn, reduce_op), shape=shape,
+                              in_avals=tuple(v.aval for v in builder.loads), out_avals=(out.aval,),
+                              outputs=(value,), reduce_shape=reduce_shape, reduce_op=reduce_op,
+                              reduce_expr=reduce_expr))
+            steps.append(KernelStep(kernel, tuple(builder.loads), (out,)))
+    return steps
+
+
+def _kernel_name(eqn: Eqn, reduce_op: str | None) -> str:
+    shape = "_".join(str(d) for d in eqn.outputs[0].aval.shape) or "scalar"
+    kind = f"r_{reduce_op}" if reduce_op else "E"
+    return f"{kind}_{shape}"
+
+
+def count_kernels(ir: IR) -> int:
+    return sum(isinstance(step, KernelStep) for step in schedule(ir))
+
