@@ -19,6 +19,8 @@ from funcgrad.ir.core import IR, Eqn, ShapedArray, Var
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.ir.primitives import Primitive
 
+USE_COMPILER = True  # False: evaluate with the reference interpreter (the test oracle)
+
 
 class LazyOp:
     """One pending primitive application; its outputs are held weakly to let them die."""
@@ -115,7 +117,12 @@ def realize(targets: Sequence[LazyBuffer]) -> None:
     if not pending:
         return
     ir, inputs = graph_to_ir(pending)
-    results = eval_ir(ir, [b.array for b in inputs])
+    arrays = [b.array for b in inputs if b.array is not None]
+    if USE_COMPILER:
+        from funcgrad.lower import run_ir
+        results = run_ir(ir, arrays)
+    else:
+        results = eval_ir(ir, arrays)
     for buffer, array in zip(pending, results):
         buffer.array = np.asarray(array)
         buffer.array.flags.writeable = False

@@ -249,6 +249,23 @@ class TensorMethods:
     def abs(self) -> Tensor:
         return fnp.abs(self)
 
+    def schedule(self) -> list[Any]:
+        """The kernels realizing this Tensor would run (compiled, not run); [] if already computed.
+
+        >>> a, b = Tensor.empty(4, 4), Tensor.empty(4, 4)
+        >>> len((a.reshape(4, 1, 4) * b.T.reshape(1, 4, 4)).sum(axis=2).schedule())   # the seed's matmul
+        1
+        """
+        from funcgrad.lazy import LazyBuffer, graph_to_ir
+        from funcgrad.lower import compile_plan, default_device
+        data = self._data  # type: ignore[attr-defined]
+        if not isinstance(data, LazyBuffer):
+            raise TypeError("schedule() needs a concrete (lazy) Tensor, not a traced one")
+        if data.realized:
+            return []
+        ir, _ = graph_to_ir([data])
+        return compile_plan(ir, default_device()).kernel_infos()
+
     def neg(self) -> Tensor:
         return fnp.negative(self)
 

@@ -68,3 +68,19 @@ def assert_close(actual: Any, expected: Any, dtype: Any = None, rtol: float | No
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+def assert_device_matches_reference(actual: Any, reference: Any, maxulp: int = 4) -> None:
+    """Compiled kernels (the eager path) against the NumPy reference interpreter (the traced path
+    of ``check_both_modes``): integers and bools exactly; floats within ``maxulp`` units in the last
+    place, since the CPU device uses the C library's math functions and may reassociate sums."""
+    actual, reference = np.asarray(actual), np.asarray(reference)
+    assert actual.dtype == reference.dtype and actual.shape == reference.shape
+    if actual.dtype.kind in "biu":
+        np.testing.assert_array_equal(actual, reference)
+        return
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(reference))
+    finite = ~np.isnan(reference)
+    np.testing.assert_array_max_ulp(actual[finite].astype(np.float64 if actual.dtype.itemsize == 8 else np.float32),
+                                    reference[finite].astype(np.float64 if actual.dtype.itemsize == 8 else np.float32),
+                                    maxulp=maxulp)

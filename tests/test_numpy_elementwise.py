@@ -308,7 +308,11 @@ def test_special_values_match_numpy():
         for fn, reference in ((fnp.exp, np.exp), (fnp.log, np.log), (fnp.sqrt, np.sqrt), (fnp.sign, np.sign),
                               (fnp.tanh, np.tanh), (fnp.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
                               (fnp.trunc, np.trunc), (fnp.abs, np.abs), (fnp.log1p, np.log1p)):
-            np.testing.assert_array_equal(fn(special).numpy(), reference(special).astype(np.float32))
+            # exact at the special values (inf, nan, signed zeros); within 1 ulp elsewhere, since the
+            # compiled kernels use the C library's correctly rounded functions, NumPy its own
+            np.testing.assert_array_max_ulp(fn(special).numpy(), reference(special).astype(np.float32), maxulp=1)
+            np.testing.assert_array_equal(np.isnan(fn(special).numpy()), np.isnan(reference(special)))
+            np.testing.assert_array_equal(np.signbit(fn(special).numpy()), np.signbit(reference(special)))
         pairs_a = np.array([np.inf, np.inf, -np.inf, np.nan, 3.0, np.inf], np.float32)
         pairs_b = np.array([np.nan, np.inf, -np.inf, 1.0, 4.0, 1.0], np.float32)
         for fn, reference in ((fnp.hypot, np.hypot), (fnp.logaddexp, np.logaddexp), (fnp.atan2, np.arctan2),

@@ -193,6 +193,8 @@ def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if dtypes.is_float(x.dtype):
         return _compute_in_f32(np.true_divide)(x, y)
     safe = np.where(y == 0, 1, y)
+    if dtypes.is_unsigned(x.dtype):  # the int64 arithmetic below would wrap uint64 values >= 2**63
+        return np.where(y == 0, 0, x // safe).astype(x.dtype)
     quotient = np.abs(x.astype(np.int64)) // np.abs(safe.astype(np.int64))
     signed = np.where((x < 0) != (safe < 0), -quotient, quotient)
     return np.where(y == 0, 0, signed).astype(x.dtype)
@@ -214,7 +216,8 @@ def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         safe = np.where(y < 0, 0, y)
         result = np.power(x, safe)
         inverse = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0))
-        return np.where(y < 0, inverse, result).astype(x.dtype)
+        # (inverse is int64: mixing it with a uint64 result would go through float64)
+        return np.where(y < 0, inverse.astype(x.dtype), result).astype(x.dtype)
     return _compute_in_f32(np.power)(x, y)
 
 
@@ -240,7 +243,7 @@ def _shift(op: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         bits = x.dtype.itemsize * 8
         out_of_range = (y < 0) | (y >= bits)
         shifted = op(x, np.where(out_of_range, 0, y).astype(x.dtype))
-        overflow = np.where(x < 0, -1, 0) if op is np.right_shift else 0
+        overflow = np.where(x < 0, -1, 0).astype(x.dtype) if op is np.right_shift else 0  # keep uint64 exact
         return np.where(out_of_range, overflow, shifted).astype(x.dtype)
     return impl
 
@@ -282,7 +285,10 @@ def _convert_impl(x: np.ndarray, *, new_dtype: np.dtype) -> np.ndarray:
         # float -> int truncates toward zero and saturates; NaN becomes 0 (XLA's defined behaviour)
         info = np.iinfo(new_dtype)
         wide = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
-        return np.clip(wide, info.min, info.max).astype(new_dtype)
+        # float64 cannot hold the int64/uint64 maximum (clip gives 2**63 or 2**64, which astype wraps)
+        too_big = wide >= float(info.max)
+        clipped = np.clip(np.where(too_big, 0, wide), info.min, info.max).astype(new_dtype)
+        return np.where(too_big, info.max, clipped).astype(new_dtype)
     if new_dtype == dtypes.bool_:
         return x != 0
     with np.errstate(over="ignore", invalid="ignore"):

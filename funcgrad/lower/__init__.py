@@ -1,1 +1,45 @@
-"""(planned: see docs/architecture.md)"""
+"""Lowering: IR -> fused kernels -> executable plans.
+
+``schedule.py`` groups an IR into kernels (the kernel IR of ``kernel.py``) and host steps;
+``plan.py`` compiles them for a device and runs them, with a cache keyed by the IR's structure.
+``run_ir`` is what lazy realize and jit call.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from funcgrad.ir.core import IR
+from funcgrad.lower.plan import Device, Plan, ReferenceDevice, compile_plan
+from funcgrad.lower.plan import run_ir as _run_ir_on
+
+_default: Device | None = None
+
+
+def default_device() -> Device:
+    """The device lazy Tensors and jit run on: ``DEVICE`` if set, else the CPU (LLVM)."""
+    global _default
+    if _default is None:
+        name = os.environ.get("DEVICE", "CPU").upper()
+        if name == "REFERENCE":
+            _default = ReferenceDevice()
+        else:
+            from funcgrad.devices.cpu import CPUDevice
+            _default = CPUDevice()
+    return _default
+
+
+def set_default_device(device: Device) -> None:
+    global _default
+    _default = device
+
+
+def run_ir(ir: IR, args: Sequence[np.ndarray], device: Device | None = None) -> list[np.ndarray]:
+    """Evaluate ``ir`` on NumPy arrays through a cached, compiled plan."""
+    return _run_ir_on(ir, args, device or default_device())
+
+
+__all__ = ["Device", "Plan", "ReferenceDevice", "compile_plan", "default_device", "run_ir", "set_default_device"]

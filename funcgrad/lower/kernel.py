@@ -82,7 +82,7 @@ def is_const(e: KExpr, value: Any = None) -> bool:
 def alu(op: str, *args: KExpr, dtype: np.dtype | None = None) -> KExpr:
     """An ALU node; comparisons give bool, others the first operand's dtype. Folds integer
     constants and the identities of index arithmetic (x + 0, x * 1, x * 0)."""
-    out_dtype = BOOL if op in COMPARISONS else (dtype or args[0].dtype)
+    out_dtype = BOOL if op in COMPARISONS or op == "is_finite" else (dtype or args[0].dtype)
     if all(is_const(a) for a in args) and out_dtype.kind in "iub" and op in _FOLD:
         return const(_FOLD[op](*(a.arg for a in args)), out_dtype)
     if op == "add":
@@ -171,31 +171,62 @@ class Kernel:
         lines = [f"kernel {self.name} global{list(self.shape)}"
                  + (f" reduce[{self.reduce_op}]{list(self.reduce_shape)}" if self.reduce_op else "")]
         lines += [f"  in{i}: {a}" for i, a in enumerate(self.in_avals)]
+        roots = ([self.reduce_expr] if self.reduce_expr is not None else []) + list(self.outputs)
+        lets, texts = render_listing(roots)
+        lines += [f"  {line}" for line in lets]
         if self.reduce_expr is not None:
-            lines.append(f"  acc = {self.reduce_op}(acc, {render_text(self.reduce_expr)})")
-        lines += [f"  out{i}: {a} = {render_text(e)}" for i, (a, e) in enumerate(zip(self.out_avals, self.outputs))]
+            lines.append(f"  acc = {self.reduce_op}(acc, {texts.pop(0)})")
+        lines += [f"  out{i}: {a} = {t}" for i, (a, t) in enumerate(zip(self.out_avals, texts))]
         return "\n".join(lines)
 
 
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def render_listing(roots: Sequence[KExpr]) -> tuple[list[str], list[str]]:
+    """Readable text for expressions that share subexpressions: returns (lets, roots), where a
+    node used more than once is written once as ``tN = ...`` and referred to by name (printing the
+    trees naively can take exponential time on a DAG)."""
+    uses: dict[KExpr, int] = {}
+    stack = list(roots)
+    while stack:
+        e = stack.pop()
+        uses[e] = uses.get(e, 0) + 1
+        if uses[e] == 1:
+            stack.extend(e.args)
+    lets: list[str] = []
+    names: dict[KExpr, str] = {}
+
+    def text(e: KExpr) -> str:
+        if e in names:
+            return names[e]
+        if e.op == "const":
+            out = repr(e.arg)
+        elif e.op in ("var", "acc"):
+            out = str(e.arg) if e.op == "var" else "acc"
+        elif e.op == "load":
+            out = f"in{e.arg}[{text(e.args[0])}]"
+        elif e.op == "cast":
+            out = f"{e.dtype.name}({text(e.args[0])})"
+        elif e.op == "bitcast":
+            out = f"bitcast<{e.dtype.name}>({text(e.args[0])})"
+        elif e.op in _SYMBOLS:
+            out = f"({text(e.args[0])} {_SYMBOLS[e.op]} {text(e.args[1])})"
+        else:
+            out = f"{e.op}({', '.join(text(a) for a in e.args)})"
+        if uses.get(e, 0) > 1 and e.args:
+            lets.append(f"t{len(lets)} = {out}")
+            out = f"t{len(lets) - 1}"
+        names[e] = out
+        return out
+
+    return lets, [text(r) for r in roots]
+
+
 def render_text(e: KExpr) -> str:
-    """A readable one-line form of an expression (DEBUG=3 prints kernels with it)."""
-    if e.op == "const":
-        return repr(e.arg)
-    if e.op == "var":
-        return str(e.arg)
-    if e.op == "acc":
-        return "acc"
-    if e.op == "load":
-        return f"in{e.arg}[{render_text(e.args[0])}]"
-    if e.op == "cast":
-        return f"{e.dtype.name}({render_text(e.args[0])})"
-    if e.op == "bitcast":
-        return f"bitcast<{e.dtype.name}>({render_text(e.args[0])})"
-    symbols = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==",
-               "ne": "!="}
-    if e.op in symbols:
-        return f"({render_text(e.args[0])} {symbols[e.op]} {render_text(e.args[1])})"
-    return f"{e.op}({', '.join(render_text(a) for a in e.args)})"
+    """A readable one-line form of an expression (shared parts as ``let tN = ...;``)."""
+    lets, (root,) = render_listing([e])
+    return "".join(f"let {line}; " for line in lets) + root
 
 
 # --- a NumPy reference evaluator for kernels ---------------------------------------------------
@@ -304,7 +335,9 @@ def _affine(e: KExpr) -> dict[KExpr | None, int] | None:
 
 def _build(terms: dict[KExpr | None, int]) -> KExpr:
     total = const(terms.get(None, 0), INDEX)
-    for atom, coef in sorted(((a, c) for a, c in terms.items() if a is not None and c), key=lambda t: str(t[0])):
+    for atom, coef in terms.items():  # insertion order is deterministic, so equal kernels stay equal
+        if atom is None or not coef:
+            continue
         total = alu("add", total, alu("mul", atom, const(coef, INDEX)))
     return total
 

@@ -16,11 +16,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
 
+import attrs
 import numpy as np
 
 from funcgrad.ir.core import IR, Literal
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
-from funcgrad.lower.schedule import HostStep, KernelStep, Step, schedule
+from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
 
 
 class CompiledKernel(Protocol):
@@ -52,18 +53,35 @@ def debug_level() -> int:
         return 0
 
 
+@attrs.frozen
+class KernelInfo:
+    """What ``Tensor.schedule()`` and ``jit(f).lower(...).kernels`` show of one kernel."""
+
+    name: str
+    device: str
+    source: str = attrs.field(repr=False)
+    kernel: Kernel = attrs.field(repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.device}"
+
+
 class Plan:
     """The compiled form of one IR: kernels (compiled for ``device``) and host steps, in order."""
 
     def __init__(self, ir: IR, device: Device) -> None:
-        self.ir = ir
+        self.ir = inline_calls(ir)  # the outputs of calls are renamed when their bodies are inlined
         self.device = device
-        self.steps: list[Step] = schedule(ir)
+        self.steps: list[Step] = schedule(self.ir)
         self.compiled = {id(step): device.compile(step.kernel) for step in self.steps if isinstance(step, KernelStep)}
         self.kernels = [step.kernel for step in self.steps if isinstance(step, KernelStep)]
         if debug_level() >= 3:
             for kernel in self.kernels:
                 print(kernel, file=sys.stderr)
+
+    def kernel_infos(self) -> list[KernelInfo]:
+        render = getattr(self.device, "render", str)
+        return [KernelInfo(k.name, self.device.name, render(k), k) for k in self.kernels]
 
     def run(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         env: dict[int, np.ndarray] = {}

@@ -34,6 +34,7 @@ from funcgrad.lower import kernel as K
 ELEMENTWISE = {name for name in K.UNARY + K.BINARY} | {"select", "convert_element_type", "bitcast_convert_type",
                                                        "stop_gradient", "iota"}
 MOVEMENT = {"reshape", "broadcast_in_dim", "transpose", "slice", "pad", "flip", "concatenate"}
+MAX_FUSED_SIZE = 160  # equations inlined into one kernel at most; bigger graphs are cut into several
 BIJECTIVE = {"reshape", "transpose", "flip"}  # movements that renumber elements without repeating any
 REDUCTIONS = {"reduce_sum": "sum", "reduce_prod": "prod", "reduce_max": "max", "reduce_min": "min",
               "dot_general": "sum"}
@@ -128,6 +129,20 @@ def _materialized(ir: IR) -> set[int]:
             return True
         return kind_of(consumer) == "elementwise" and operand.aval.shape == consumer.outputs[0].aval.shape
 
+    # bound how big one kernel's expression may grow: it is built recursively and compiled whole, and
+    # LLVM's optimiser slows down sharply on huge functions. ``members`` are the equations a value
+    # would inline (shared parts counted once).
+    members: dict[int, frozenset[int]] = {}
+    for position, eqn in enumerate(ir.eqns):
+        if kind_of(eqn) == "host":
+            continue
+        inlined = frozenset({position}).union(*(members.get(a.id, frozenset()) for a in eqn.inputs
+                                                 if isinstance(a, Var) and a.id not in stored))
+        for out in eqn.outputs:
+            if len(inlined) > MAX_FUSED_SIZE:
+                stored.add(out.id)
+            members[out.id] = frozenset() if out.id in stored else inlined
+
     def users_of(var_id: int) -> list[Eqn]:
         return list({id(e): e for e in consumers.get(var_id, [])}.values())
 
@@ -139,25 +154,23 @@ def _materialized(ir: IR) -> set[int]:
             if kind_of(eqn) == "host":
                 continue
             for out in eqn.outputs:
-                if out.id in stored:
-                    continue
                 if kind_of(eqn) == "reduce":
-                    pending_reduce[out.id] = out.id
+                    carried = [out.id]
                 else:
                     carried = sorted({pending_reduce[a.id] for a in eqn.inputs if isinstance(a, Var)
                                       and a.id in pending_reduce and identity_edge(eqn, a)})
                     if len(carried) > 1:  # two reductions cannot share one kernel: store all but one
                         stored.update(carried[1:])
                         changed = True
-                    if carried:
-                        pending_reduce[out.id] = carried[0]
-                if out.id in pending_reduce:
-                    users = users_of(out.id)
-                    # read twice, through a broadcast/slice/pad, by a reduction or a host op: store it
-                    if len(users) > 1 or any(not identity_edge(user, out) for user in users):
-                        stored.add(out.id)
-                        del pending_reduce[out.id]
-                        changed = True
+                if out.id in stored or not carried:
+                    continue  # a stored value is a kernel root: its reduction ends there
+                pending_reduce[out.id] = carried[0]
+                users = users_of(out.id)
+                # read twice, through a broadcast/slice/pad, by a reduction or a host op: store it
+                if len(users) > 1 or any(not identity_edge(user, out) for user in users):
+                    stored.add(out.id)
+                    del pending_reduce[out.id]
+                    changed = True
     return stored
 
 
@@ -397,7 +410,10 @@ def schedule(ir: IR) -> list[Step]:
             builder = _KernelBuilder(producer, lambda v: v.id in stored)
             shape = out.aval.shape
             idx = [K.var(f"g{i}") for i in range(len(shape))]
-            value = K.cast(builder.value(out, idx, root=True), out.aval.dtype)
+            if out.aval.size == 0:  # nothing to compute (and nothing may be loaded)
+                value = K.const(0, out.aval.dtype)
+            else:
+                value = K.cast(builder.value(out, idx, root=True), out.aval.dtype)
             reduce_op, reduce_shape, reduce_expr = builder.reduce or (None, (), None)
             kernel = K.simplify_kernel(K.Kernel(name=_kernel_name(eqn, reduce_op), shape=shape,
                               in_avals=tuple(v.aval for v in builder.loads), out_avals=(out.aval,),

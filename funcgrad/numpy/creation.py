@@ -151,7 +151,11 @@ def linspace(start: float, stop: float, /, num: int, *, dtype: Any = None, devic
     num = int(_concrete_number(num, "num", "linspace"))
     if num < 0:
         raise ValueError(f"linspace: num must be non-negative, got {num}")
-    dtype = dtypes.default_float if dtype is None else dtypes.canonicalize(dtype)
+    if dtype is None:  # as jax.numpy: the floating result type of the endpoints (float32 for scalars)
+        endpoints: list[Any] = [start, stop]
+        endpoint_dtypes = [v.dtype for v in endpoints if isinstance(v, Tensor) and dtypes.is_float(v.dtype)]
+        dtype = max(endpoint_dtypes, key=lambda d: d.itemsize) if endpoint_dtypes else dtypes.default_float
+    dtype = dtypes.canonicalize(dtype)
     work = dtype if dtypes.is_float(dtype) and dtype.itemsize >= 4 else dtypes.float32
     divisions = (num - 1 if endpoint else num) or 1
     counts = bind(P.iota_p, dtype=work, shape=(num,), dimension=0)

@@ -443,7 +443,8 @@ def heaviside(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
 
 
 def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """The next representable float after x1 toward x2."""
+    """The next representable float after x1 toward x2. Its derivative is 1 with respect to x1 and
+    0 with respect to x2 (the result differs from x1 by one ulp)."""
     (a, b), weak = _inexact(x1, x2)
     int_dtype = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[a.dtype.itemsize]
     bits = bind(P.bitcast_convert_type_p, a, new_dtype=int_dtype)
@@ -452,7 +453,10 @@ def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     result = bind(P.bitcast_convert_type_p, stepped, new_dtype=a.dtype)
     smallest = bind(P.bitcast_convert_type_p, asarray(1, int_dtype), new_dtype=a.dtype)  # least subnormal
     result = where(equal(a, 0), where(greater(b, a), smallest, negative(smallest)), result)
-    return _weak(where(logical_or(isnan(a), isnan(b)), np.nan, where(equal(a, b), b, result)), weak)
+    result = where(logical_or(isnan(a), isnan(b)), np.nan, where(equal(a, b), b, result))
+    # the bit manipulation has no derivative; pass x1's through (a straight-through estimator)
+    straight = add(a, bind(P.stop_gradient_p, subtract(result, a)))  # exact: result - a is one ulp
+    return _weak(where(logical_and(isfinite(a), isfinite(result)), straight, result), weak)
 
 
 # --- comparisons -------------------------------------------------------------------------------

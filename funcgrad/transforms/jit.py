@@ -83,6 +83,21 @@ class Jitted:
         return (dynamic_args, dynamic_kwargs), static_values, call_with
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        (ir, out_tree, consts), leaves = self._trace(args, kwargs)
+        from funcgrad.transforms.ad import as_tensor
+        operands = consts + [as_tensor(leaf) for leaf in leaves]
+        outs = bind(jit_p, *operands, ir=ir, name=self.name)
+        return tree.unflatten(out_tree, list(outs))
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """The traced IR and its compiled plan for these arguments, without running anything (as
+        JAX's ``jit(f).lower(x)``): ``.ir``, ``.kernels`` (name, device, source) and ``.compile()``."""
+        (ir, out_tree, consts), _ = self._trace(args, kwargs)
+        return Lowered(self, ir, out_tree, consts)
+
+    def _trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[IR, Any, list[Any]], list[Any]]:
+        """The cached (open IR, output tree, consts) for this signature, tracing on a miss; and the
+        flat dynamic argument leaves."""
         dynamic, static_values, call_with = self._split(args, kwargs)
         leaves, in_tree = tree.flatten(dynamic)
         avals = [leaf_aval(leaf, f"argument leaf {i}") for i, leaf in enumerate(leaves)]
@@ -98,11 +113,7 @@ class Jitted:
             self.trace_count += 1
             if not any(isinstance(c, Tensor) and c.is_traced for c in traced.consts):
                 self._cache[key] = entry  # closures over another trace's values cannot be reused
-        ir, out_tree, consts = entry
-        from funcgrad.transforms.ad import as_tensor
-        operands = consts + [as_tensor(leaf) for leaf in leaves]
-        outs = bind(jit_p, *operands, ir=ir, name=self.name)
-        return tree.unflatten(out_tree, list(outs))
+        return entry, leaves
 
     def _explain_retrace(self, key: Any, leaf_names: list[str]) -> None:
         previous = self._last_key
@@ -118,6 +129,48 @@ class Jitted:
             elif previous[2] != key[2]:
                 reason = f"static arguments changed: {previous[2]} -> {key[2]}"
         print(f"jit({self.name}): retracing because {reason}", file=sys.stderr)
+
+
+class Lowered:
+    """A jit function lowered for one signature: its IR (consts as leading inputs) and kernels."""
+
+    def __init__(self, jitted: Jitted, ir: IR, out_tree: Any, consts: list[Any]) -> None:
+        self.jitted, self.ir, self.out_tree, self.consts = jitted, ir, out_tree, consts
+
+    @property
+    def kernels(self) -> list[Any]:
+        return self._plan().kernel_infos()
+
+    def _plan(self) -> Any:
+        from funcgrad.lower import compile_plan, default_device
+        return compile_plan(self.ir, default_device())
+
+    def compile(self) -> Compiled:
+        return Compiled(self)
+
+    def __str__(self) -> str:
+        return str(self.ir)
+
+
+class Compiled:
+    """A lowered jit function ready to run: calling it runs the plan directly on the arguments."""
+
+    def __init__(self, lowered: Lowered) -> None:
+        self.lowered = lowered
+        self.plan = lowered._plan()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import numpy as np
+
+        from funcgrad.transforms.ad import as_tensor
+        dynamic, _, _ = self.lowered.jitted._split(args, kwargs)
+        leaves = [as_tensor(leaf) for leaf in tree.leaves(dynamic)]
+        if [x.aval for x in leaves] != list(self.lowered.ir.in_avals[len(self.lowered.consts):]):
+            raise TypeError("this compiled function was lowered for other argument types: "
+                            f"{[str(a) for a in self.lowered.ir.in_avals[len(self.lowered.consts):]]}")
+        arrays = [np.asarray(c) for c in self.lowered.consts] + [np.asarray(x) for x in leaves]
+        outs = self.plan.run(arrays)
+        return tree.unflatten(self.lowered.out_tree, [Tensor(o, dtype=o.dtype) for o in outs])
 
 
 def jit(fn: Callable[..., Any] | None = None, *, static_argnums: int | Sequence[int] = (),

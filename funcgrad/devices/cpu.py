@@ -1,0 +1,419 @@
+"""The CPU device: kernels compiled to native code with LLVM (through llvmlite) and run in-process.
+
+    Kernel --render_llvm--> LLVM IR text --(memory cache | disk cache | parse, O3, emit object)-->
+    object code --MCJIT engine--> function address --ctypes--> CompiledKernel(inputs, outputs)
+
+Compiled code is cached in memory (per device, keyed by the IR text) and on disk under
+``$FUNCGRAD_CACHE`` (default ``~/.cache/funcgrad``), keyed by a hash of the IR text, the host CPU
+and its features, and the llvmlite/LLVM versions. A disk entry is the object code with a magic
+header, its length and a SHA-256 checksum; it is written atomically (temporary file in the same
+folder, fsync, ``os.replace``) and a corrupt or truncated entry is recompiled, never trusted.
+Every execution engine stays referenced for the life of the process (llvmlite crashes otherwise).
+
+Large kernels are split along their outermost loop across a persistent thread pool (ctypes
+releases the GIL); small ones are called directly, because handing work to a thread costs tens of
+microseconds (see ``PARALLEL_MIN_WORK``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import hashlib
+import os
+import queue
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import llvmlite
+import llvmlite.binding as llvm
+import numpy as np
+
+from funcgrad.lower.kernel import Kernel, KExpr
+from funcgrad.lower.render_llvm import external_symbols, llvm_function_name, render_llvm
+
+__all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PARALLEL_MIN_WORK"]
+
+# Estimated work above which a kernel is split across threads. Work is loop iterations (global x
+# reduction) times the operations per iteration, with a transcendental function (a scalar libm
+# call, ~10 ns) counting as TRANSCENDENTAL_COST simple vectorized operations. A thread hand-off costs
+# 30-80 us here and a memory-bound kernel gains only ~1.1x from a second core; measured on one core:
+# 2^18 iterations of x*x+1 take ~40 us, 2^16 of tanh ~850 us. So x*x+1 goes parallel from 2^19
+# elements, a tanh from 2^14.
+PARALLEL_MIN_WORK = 1 << 21
+TRANSCENDENTAL_COST = 100
+TRANSCENDENTAL = {"exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
+                  "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "pow", "atan2", "rem"}
+CACHE_FORMAT = "funcgrad-cpu-object-v1"
+_MAGIC = b"FGOBJ01\n"
+
+
+class KernelCompileError(RuntimeError):
+    """A kernel could not be rendered or compiled; the message names the kernel (and shows its
+    LLVM source when DEBUG >= 4)."""
+
+
+def debug_level() -> int:
+    try:
+        return int(os.environ.get("DEBUG", "0") or 0)
+    except ValueError:
+        return 0
+
+
+# --- the LLVM target --------------------------------------------------------------------------------
+
+class _HostTarget:
+    """The host's triple, CPU name and features, and target machines for it (LLVM is initialised
+    once; libm and libgcc are loaded so compiled code can call them)."""
+
+    def __init__(self) -> None:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        for library in ("m", "gcc_s"):  # libm for erf & co; libgcc_s for half-precision libcalls
+            path = ctypes.util.find_library(library)
+            if path:
+                with contextlib.suppress(RuntimeError):
+                    llvm.load_library_permanently(path)
+        self.triple = llvm.get_process_triple()
+        self.cpu = llvm.get_host_cpu_name()
+        self.features = llvm.get_host_cpu_features().flatten()
+        self.fingerprint = "\n".join([CACHE_FORMAT, llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)),
+                                      self.triple, self.cpu, self.features])
+        self.lock = threading.Lock()  # LLVM's optimizer and code generator are used by one thread at a time
+        self.machine = self.new_machine()
+        self.pass_builders = {level: llvm.create_pass_builder(self.machine,
+                                                              llvm.create_pipeline_tuning_options(speed_level=level))
+                              for level in (0, 3)}
+
+    def new_machine(self) -> llvm.TargetMachine:
+        target = llvm.Target.from_triple(self.triple)
+        return target.create_target_machine(cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault")
+
+    def compile(self, source: str, speed_level: int = 3) -> bytes:
+        """LLVM IR text -> native object code, optimised at ``speed_level`` (0 or 3)."""
+        with self.lock:
+            module = llvm.parse_assembly(source)
+            module.triple = self.triple
+            module.data_layout = str(self.machine.target_data)
+            module.verify()
+            pass_builder = self.pass_builders[speed_level]
+            pass_builder.getModulePassManager().run(module, pass_builder)
+            return bytes(self.machine.emit_object(module))
+
+    def load(self, object_code: bytes, function_name: str) -> tuple[llvm.ExecutionEngine, int]:
+        """Link object code into a fresh MCJIT engine; the engine must outlive every call."""
+        missing = [name for name in undefined_symbols(object_code) if not llvm.address_of_symbol(name)]
+        if missing:
+            raise RuntimeError(f"the compiled code needs {', '.join(missing)}, which this process does not provide")
+        with self.lock:
+            empty = llvm.parse_assembly("")
+            empty.triple = self.triple
+            engine = llvm.create_mcjit_compiler(empty, self.new_machine())  # the engine owns its machine
+            engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+            engine.finalize_object()
+            address = engine.get_function_address(function_name)
+        if not address:
+            raise RuntimeError(f"function {function_name} not found in the object code")
+        return engine, address
+
+
+def undefined_symbols(object_code: bytes) -> list[str]:
+    """The symbols an ELF64 object file imports (its .symtab entries with no section). MCJIT links
+    an unresolvable one to address 0, so they are checked before any code runs."""
+    if object_code[:4] != b"\x7fELF" or object_code[4] != 2:
+        return []  # not ELF64 (another OS): nothing to check here
+    section_offset = int.from_bytes(object_code[0x28:0x30], "little")
+    section_size, section_count = (int.from_bytes(object_code[o:o + 2], "little") for o in (0x3A, 0x3C))
+    sections = [object_code[section_offset + i * section_size:section_offset + (i + 1) * section_size]
+                for i in range(section_count)]
+
+    def field(header: bytes, offset: int, width: int) -> int:
+        return int.from_bytes(header[offset:offset + width], "little")
+
+    names = []
+    for header in sections:
+        if field(header, 4, 4) != 2:  # SHT_SYMTAB
+            continue
+        strings = sections[field(header, 0x28, 4)]
+        string_start = field(strings, 0x18, 8)
+        start, size = field(header, 0x18, 8), field(header, 0x20, 8)
+        for entry in range(start, start + size, 24):
+            name_offset, section_index = field(object_code, entry, 4), field(object_code, entry + 6, 2)
+            if section_index == 0 and name_offset:
+                end = object_code.index(b"\0", string_start + name_offset)
+                names.append(object_code[string_start + name_offset:end].decode())
+    return names
+
+
+@functools.cache
+def host_target() -> _HostTarget:
+    return _HostTarget()
+
+
+_LIVE_ENGINES: list[llvm.ExecutionEngine] = []  # never dropped: their code may run at any time
+
+
+# --- the disk cache ----------------------------------------------------------------------------------
+
+class DiskCache:
+    """Object code on disk, one checksummed file per key; unreadable or corrupt entries read as
+    missing. A folder that cannot be created disables the cache silently."""
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
+        root = folder or os.environ.get("FUNCGRAD_CACHE") or Path.home() / ".cache" / "funcgrad"
+        self.folder = Path(root) / "cpu"
+
+    def key(self, source: str) -> str:
+        return hashlib.sha256((host_target().fingerprint + "\n" + source).encode()).hexdigest()
+
+    def path(self, key: str) -> Path:
+        return self.folder / f"{key}.o"
+
+    def load(self, key: str) -> bytes | None:
+        try:
+            data = self.path(key).read_bytes()
+        except OSError:
+            return None
+        header = len(_MAGIC) + 32 + 8
+        if len(data) < header or not data.startswith(_MAGIC):
+            return None
+        checksum = data[len(_MAGIC):len(_MAGIC) + 32]
+        length = int.from_bytes(data[len(_MAGIC) + 32:header], "little")
+        payload = data[header:]
+        if len(payload) != length or hashlib.sha256(payload).digest() != checksum:
+            return None
+        return payload
+
+    def store(self, key: str, payload: bytes) -> None:
+        entry = _MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".o")
+        except OSError:
+            return
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(entry)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path(key))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+
+
+# --- threads -------------------------------------------------------------------------------------------
+
+class _WorkerPool:
+    """Persistent daemon threads, one per extra CPU; the calling thread runs the first chunk."""
+
+    def __init__(self, workers: int) -> None:
+        self.tasks: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], queue.SimpleQueue[Any]]] = \
+            queue.SimpleQueue()
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        for number in range(workers):
+            cpu = cpus[(number + 1) % len(cpus)] if cpus else None
+            threading.Thread(target=self._work, args=(cpu,), name=f"funcgrad-cpu-{number}", daemon=True).start()
+        self.workers = workers
+
+    def _work(self, cpu: int | None) -> None:
+        if cpu is not None:
+            with contextlib.suppress(OSError):  # one CPU per worker: unpinned threads may share a core
+                os.sched_setaffinity(0, {cpu})
+        while True:
+            function, arguments, done = self.tasks.get()
+            try:
+                function(*arguments)
+                done.put(None)
+            except BaseException as error:  # noqa: BLE001 - handed back to the caller
+                done.put(error)
+
+    def run(self, function: Callable[..., Any], argument_sets: Sequence[tuple[Any, ...]]) -> None:
+        done: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for arguments in argument_sets[1:]:
+            self.tasks.put((function, arguments, done))
+        function(*argument_sets[0])
+        errors = [done.get() for _ in argument_sets[1:]]
+        for error in errors:
+            if error is not None:
+                raise error
+
+
+def thread_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@functools.cache
+def worker_pool() -> _WorkerPool:
+    return _WorkerPool(thread_count() - 1)
+
+
+# --- compiled kernels ----------------------------------------------------------------------------------
+
+def estimated_work(kernel: Kernel) -> int:
+    """Loop iterations times the cost of one iteration (see PARALLEL_MIN_WORK)."""
+    seen: set[KExpr] = set()
+
+    def cost(e: KExpr) -> int:
+        if e in seen or e.op in ("const", "var", "acc"):
+            return 0
+        seen.add(e)
+        own = TRANSCENDENTAL_COST if e.op in TRANSCENDENTAL and e.dtype.kind in "fV" else 1
+        return own + sum(cost(a) for a in e.args)
+
+    per_iteration = sum(cost(e) for e in (*kernel.outputs, kernel.reduce_expr) if e is not None)
+    iterations = int(np.prod(kernel.shape)) * max(1, int(np.prod(kernel.reduce_shape)))
+    return iterations * max(1, per_iteration)
+
+
+class CompiledKernel:
+    """A kernel compiled for this CPU; ``compiled(inputs, outputs)`` runs it, writing into the
+    preallocated C-contiguous ``outputs``. ``origin`` says where the code came from: 'compiled',
+    'disk' or 'memory'.
+
+    >>> compiled = CPUDevice().compile(kernel)  # doctest: +SKIP
+    >>> compiled([x, y], [out])  # doctest: +SKIP
+    """
+
+    def __init__(self, kernel: Kernel, source: str, address: int, origin: str, seconds: float) -> None:
+        self.kernel = kernel
+        self.name = kernel.name
+        self.source = source
+        self.origin = origin
+        self.compile_seconds = seconds
+        self.address = address
+        buffers = len(kernel.out_avals) + len(kernel.in_avals)
+        self.function = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * buffers), ctypes.c_int64, ctypes.c_int64)(address)
+        self.size = int(np.prod(kernel.shape))
+        self.outer = kernel.shape[0] if kernel.shape else 1
+        self.work = estimated_work(kernel)
+        self.parallel = self.work >= PARALLEL_MIN_WORK and self.outer > 1 and thread_count() > 1
+        self._expected = [(aval.dtype, int(np.prod(aval.shape))) for aval in (*kernel.out_avals, *kernel.in_avals)]
+
+    def __repr__(self) -> str:
+        return f"CompiledKernel({self.name}, origin={self.origin})"
+
+    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        if len(inputs) != len(self.kernel.in_avals) or len(outputs) != len(self.kernel.out_avals):
+            raise ValueError(f"kernel {self.name} takes {len(self.kernel.in_avals)} inputs and "
+                             f"{len(self.kernel.out_avals)} outputs, got {len(inputs)} and {len(outputs)}")
+        buffers = (*outputs, *inputs)
+        for array, (dtype, size) in zip(buffers, self._expected):
+            if not isinstance(array, np.ndarray) or array.dtype != dtype or array.size != size \
+                    or not array.flags.c_contiguous:
+                self._reject(outputs, inputs)
+        for array in outputs:
+            if not array.flags.writeable:
+                self._reject(outputs, inputs)
+        if self.size:
+            self.launch([array.__array_interface__["data"][0] for array in buffers])
+
+    def _reject(self, outputs: Sequence[Any], inputs: Sequence[Any]) -> None:
+        kernel = self.kernel
+        for role, arrays, avals in (("output", outputs, kernel.out_avals), ("input", inputs, kernel.in_avals)):
+            for number, (array, aval) in enumerate(zip(arrays, avals)):
+                if not isinstance(array, np.ndarray) or array.dtype != aval.dtype \
+                        or array.size != int(np.prod(aval.shape)) or not array.flags.c_contiguous:
+                    raise ValueError(f"kernel {self.name}: {role} {number} must be a C-contiguous {aval} array, got "
+                                     f"{getattr(array, 'dtype', type(array).__name__)}{getattr(array, 'shape', '')}")
+                if role == "output" and not array.flags.writeable:
+                    raise ValueError(f"kernel {self.name}: output {number} is read-only")
+
+    def launch(self, pointers: Sequence[int]) -> None:
+        """Run on raw buffer addresses (outputs first), unchecked: the fast path for executors that
+        validated their buffers once."""
+        if not self.parallel:
+            self.function(*pointers, 0, self.outer)
+            return
+        pool = worker_pool()
+        chunks = min(pool.workers + 1, self.outer)
+        bounds = [self.outer * i // chunks for i in range(chunks + 1)]
+        pool.run(self.function, [(*pointers, bounds[i], bounds[i + 1]) for i in range(chunks)])
+
+
+SMALL_KERNEL_WORK = 1 << 12  # loop iterations below which a kernel is compiled without optimisation
+
+
+def optimization_level(kernel: Kernel) -> int:
+    """0 for small kernels, 3 otherwise. O3 costs ~16 ms a kernel against ~3 ms unoptimised, which
+    a kernel over a few thousand elements never earns back; a shape always gets the same level,
+    so results stay deterministic. ``FUNCGRAD_OPT=3`` optimises everything."""
+    forced = os.environ.get("FUNCGRAD_OPT")
+    if forced in ("0", "3"):
+        return int(forced)
+    work = int(np.prod(kernel.shape, dtype=np.int64)) * max(1, int(np.prod(kernel.reduce_shape, dtype=np.int64)))
+    return 0 if work < SMALL_KERNEL_WORK else 3
+
+
+class CPUDevice:
+    """Compiles kernels for the host CPU (see the module docstring).
+
+    >>> device = CPUDevice()  # doctest: +SKIP
+    >>> compiled = device.compile(kernel); compiled(inputs, outputs)  # doctest: +SKIP
+    """
+
+    name = "CPU"
+
+    def __init__(self, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self.disk_cache = DiskCache(cache_dir)
+        self.memory_cache: dict[str, CompiledKernel] = {}
+        self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+
+    def render(self, kernel: Kernel) -> str:
+        """The kernel's LLVM IR text (what ``compile`` compiles and what DEBUG=4 prints)."""
+        try:
+            return render_llvm(kernel)
+        except (ValueError, KeyError, TypeError) as error:
+            raise KernelCompileError(f"kernel {kernel.name} cannot be rendered for the CPU: {error}") from error
+
+    def compile(self, kernel: Kernel) -> CompiledKernel:
+        source = self.render(kernel)
+        if debug_level() >= 4:
+            print(f"--- LLVM source of kernel {kernel.name} ---\n{source}", file=sys.stderr)
+        level = optimization_level(kernel)
+        if level != 3:
+            source += f"\n; speed level {level}\n"  # a different binary: keep it apart in the caches
+        cached = self.memory_cache.get(source)
+        if cached is not None:
+            self.stats["memory_hits"] += 1
+            return cached if cached.kernel == kernel else CompiledKernel(kernel, source, cached.address, "memory", 0.0)
+        started = time.perf_counter()
+        target = host_target()
+        function_name = llvm_function_name(kernel)
+        key = self.disk_cache.key(source)
+        origin, engine, address = "disk", None, 0
+        object_code = self.disk_cache.load(key)
+        if object_code is not None:
+            try:
+                engine, address = target.load(object_code, function_name)
+            except RuntimeError:
+                engine = None  # a checksummed entry LLVM still rejects: rebuild it
+        if engine is None:
+            origin = "compiled"
+            try:
+                self._check_symbols(source)
+                object_code = target.compile(source, level)
+                engine, address = target.load(object_code, function_name)
+            except RuntimeError as error:
+                detail = f"\n{source}" if debug_level() >= 4 else " (DEBUG=4 shows its LLVM source)"
+                raise KernelCompileError(f"kernel {kernel.name} failed to compile: {error}{detail}") from error
+            self.disk_cache.store(key, object_code)
+        _LIVE_ENGINES.append(engine)
+        self.stats["disk_hits" if origin == "disk" else "compiled"] += 1
+        compiled = CompiledKernel(kernel, source, address, origin, time.perf_counter() - started)
+        self.memory_cache[source] = compiled
+        return compiled
+
+    @staticmethod
+    def _check_symbols(source: str) -> None:
+        """Calls to functions the process cannot resolve would jump to address 0; refuse them."""
+        for name in external_symbols(source):
+            if not llvm.address_of_symbol(name):
+                raise RuntimeError(f"the math library function {name} is not available in this process")

@@ -1,0 +1,540 @@
+"""Render a ``Kernel`` (funcgrad/lower/kernel.py) as LLVM IR text for the CPU device.
+
+The generated function is ``void @name(ptr %out0.., ptr %in0.., i64 %start, i64 %end)``: it runs
+the outermost global loop ``g0`` over ``[start, end)`` (so a caller can split the work across
+threads) and every other loop in full. Loop counters and the accumulator live in allocas and the
+code is deliberately plain; LLVM's O3 (mem2reg, LICM, the loop vectorizer) makes it fast.
+
+Everything op-specific is data: ``FLOAT_OPS`` / ``INT_OPS`` map an ALU name to an instruction
+template, ``CASTS`` maps (from-class, to-class) to one, ``REDUCE_IDENTITY`` gives each reduction's
+start value. Templates write their result to ``{out}`` and may use temporaries ``{out}.suffix``.
+float16 and bfloat16 are computed in float32 and rounded back after every operation, exactly as
+the NumPy reference (``funcgrad.ir.primitives``) does. bool is ``i1`` in registers, ``i8`` in
+memory. Loads are not bounds-checked: the scheduler makes every index in range (the NumPy
+reference evaluator would raise on an out-of-range one).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, flat_index, var
+
+__all__ = ["render_llvm", "llvm_function_name", "LLVM_TYPES"]
+
+LLVM_TYPES = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "i8",
+              "uint16": "i16", "uint32": "i32", "uint64": "i64", "float16": "half", "bfloat16": "bfloat",
+              "float32": "float", "float64": "double"}
+LOW_PRECISION = ("float16", "bfloat16")
+FLOAT32 = np.dtype(np.float32)
+
+
+def value_type(dtype: np.dtype) -> str:
+    return LLVM_TYPES[np.dtype(dtype).name]
+
+
+def memory_type(dtype: np.dtype) -> str:
+    return "i8" if np.dtype(dtype).name == "bool" else value_type(dtype)
+
+
+def op_class(dtype: np.dtype) -> str:
+    """'b' bool, 's' signed int, 'u' unsigned int, 'f' float32/float64, 'h' float16/bfloat16."""
+    dtype = np.dtype(dtype)
+    if dtype.name == "bool":
+        return "b"
+    if dtype.name in LOW_PRECISION:
+        return "h"
+    return {"i": "s", "u": "u", "f": "f"}[dtype.kind]
+
+
+# --- ALU templates -------------------------------------------------------------------------------
+# Placeholders: {out} result, {x} {y} operands, {t} operand type, {s} intrinsic suffix (f32, i64),
+# {f} libm suffix ('f' for float, '' for double), {bits} width; for integers the signedness words
+# {div} {rem} {shr} {lt} {le} {gt} {ge} {max} {min} {sign} (see INT_WORDS).
+
+def _intrinsic(name: str, arity: int = 1) -> str:
+    operands = ", ".join(f"{{t}} {{{a}}}" for a in "xy"[:arity])
+    return f"{{out}} = call {{t}} @llvm.{name}.{{s}}({operands})"
+
+
+def _libm(name: str, arity: int = 1) -> str:
+    operands = ", ".join(f"{{t}} {{{a}}}" for a in "xy"[:arity])
+    return f"{{out}} = call {{t}} @{name}{{f}}({operands})"
+
+
+FLOAT_OPS: dict[str, str] = {
+    "neg": "{out} = fneg {t} {x}",
+    "abs": _intrinsic("fabs"),
+    "sign": """{out}.pos = fcmp ogt {t} {x}, 0.0
+{out}.neg = fcmp olt {t} {x}, 0.0
+{out}.zero = fcmp oeq {t} {x}, 0.0
+{out}.a = select i1 {out}.zero, {t} 0.0, {t} {x}
+{out}.b = select i1 {out}.neg, {t} -1.0, {t} {out}.a
+{out} = select i1 {out}.pos, {t} 1.0, {t} {out}.b""",
+    **{op: _intrinsic(op) for op in ("exp", "log", "exp2", "log2", "sin", "cos", "tan", "asin", "acos", "atan",
+                                     "sinh", "cosh", "tanh", "sqrt", "floor", "ceil")},
+    **{op: _libm(op) for op in ("expm1", "log1p", "asinh", "acosh", "atanh", "erf")},
+    "rsqrt": "{out}.root = call {t} @llvm.sqrt.{s}({t} {x})\n{out} = fdiv {t} 1.0, {out}.root",
+    "logistic": """{out}.half = fmul {t} {x}, 0.5
+{out}.tanh = call {t} @llvm.tanh.{s}({t} {out}.half)
+{out}.scaled = fmul {t} {out}.tanh, 0.5
+{out} = fadd {t} {out}.scaled, 0.5""",
+    "round": _intrinsic("roundeven"),
+    "is_finite": "{out}.abs = call {t} @llvm.fabs.{s}({t} {x})\n{out} = fcmp olt {t} {out}.abs, 0x7FF0000000000000",
+    "add": "{out} = fadd {t} {x}, {y}",
+    "sub": "{out} = fsub {t} {x}, {y}",
+    "mul": "{out} = fmul {t} {x}, {y}",
+    "div": "{out} = fdiv {t} {x}, {y}",
+    "rem": "{out} = frem {t} {x}, {y}",
+    "pow": _intrinsic("pow", 2),
+    "max": _intrinsic("maximum", 2),  # NaN-propagating, like np.maximum
+    "min": _intrinsic("minimum", 2),
+    "atan2": _intrinsic("atan2", 2),
+    "eq": "{out} = fcmp oeq {t} {x}, {y}",
+    "ne": "{out} = fcmp une {t} {x}, {y}",
+    "lt": "{out} = fcmp olt {t} {x}, {y}",
+    "le": "{out} = fcmp ole {t} {x}, {y}",
+    "gt": "{out} = fcmp ogt {t} {x}, {y}",
+    "ge": "{out} = fcmp oge {t} {x}, {y}",
+}
+
+# integer semantics follow the reference: wrap-around arithmetic, x / 0 = x % 0 = 0, MIN / -1 = MIN,
+# shifts by >= the width (or negative) give 0, or -1 for arithmetic right shifts of negatives
+INT_OPS: dict[str, str | dict[str, str]] = {
+    "neg": "{out} = sub {t} 0, {x}",
+    "abs": {"s": "{out} = call {t} @llvm.abs.{s}({t} {x}, i1 false)", "u": "{out} = or {t} {x}, 0"},
+    "sign": {"s": """{out}.pos = icmp sgt {t} {x}, 0
+{out}.neg = icmp slt {t} {x}, 0
+{out}.one = zext i1 {out}.pos to {t}
+{out}.minus = zext i1 {out}.neg to {t}
+{out} = sub {t} {out}.one, {out}.minus""",
+             "u": "{out}.nonzero = icmp ne {t} {x}, 0\n{out} = zext i1 {out}.nonzero to {t}"},
+    "not": "{out} = xor {t} {x}, -1",
+    "add": "{out} = add {t} {x}, {y}",
+    "sub": "{out} = sub {t} {x}, {y}",
+    "mul": "{out} = mul {t} {x}, {y}",
+    "div": {"s": """{out}.zero = icmp eq {t} {y}, 0
+{out}.minus1 = icmp eq {t} {y}, -1
+{out}.unsafe = or i1 {out}.zero, {out}.minus1
+{out}.divisor = select i1 {out}.unsafe, {t} 1, {t} {y}
+{out}.quotient = sdiv {t} {x}, {out}.divisor
+{out}.negated = sub {t} 0, {x}
+{out}.q = select i1 {out}.minus1, {t} {out}.negated, {t} {out}.quotient
+{out} = select i1 {out}.zero, {t} 0, {t} {out}.q""",
+            "u": """{out}.zero = icmp eq {t} {y}, 0
+{out}.divisor = select i1 {out}.zero, {t} 1, {t} {y}
+{out}.quotient = udiv {t} {x}, {out}.divisor
+{out} = select i1 {out}.zero, {t} 0, {t} {out}.quotient"""},
+    # x % 1 == 0 covers both x % 0 (defined as 0) and x % -1 (which overflows srem for MIN)
+    "rem": {"s": """{out}.zero = icmp eq {t} {y}, 0
+{out}.minus1 = icmp eq {t} {y}, -1
+{out}.unsafe = or i1 {out}.zero, {out}.minus1
+{out}.divisor = select i1 {out}.unsafe, {t} 1, {t} {y}
+{out} = srem {t} {x}, {out}.divisor""",
+            "u": """{out}.zero = icmp eq {t} {y}, 0
+{out}.divisor = select i1 {out}.zero, {t} 1, {t} {y}
+{out} = urem {t} {x}, {out}.divisor"""},
+    "pow": "{out} = call {t} @fg.ipow.{sign}{bits}({t} {x}, {t} {y})",
+    "max": "{out} = call {t} @llvm.{max}.{s}({t} {x}, {t} {y})",
+    "min": "{out} = call {t} @llvm.{min}.{s}({t} {x}, {t} {y})",
+    "and": "{out} = and {t} {x}, {y}",
+    "or": "{out} = or {t} {x}, {y}",
+    "xor": "{out} = xor {t} {x}, {y}",
+    "shift_left": """{out}.outside = icmp uge {t} {y}, {bits}
+{out}.amount = select i1 {out}.outside, {t} 0, {t} {y}
+{out}.shifted = shl {t} {x}, {out}.amount
+{out} = select i1 {out}.outside, {t} 0, {t} {out}.shifted""",
+    "shift_right": {"s": """{out}.outside = icmp uge {t} {y}, {bits}
+{out}.amount = select i1 {out}.outside, {t} {top_bit}, {t} {y}
+{out} = ashr {t} {x}, {out}.amount""",
+                    "u": """{out}.outside = icmp uge {t} {y}, {bits}
+{out}.amount = select i1 {out}.outside, {t} 0, {t} {y}
+{out}.shifted = lshr {t} {x}, {out}.amount
+{out} = select i1 {out}.outside, {t} 0, {t} {out}.shifted"""},
+    "eq": "{out} = icmp eq {t} {x}, {y}",
+    "ne": "{out} = icmp ne {t} {x}, {y}",
+    "lt": "{out} = icmp {lt} {t} {x}, {y}",
+    "le": "{out} = icmp {le} {t} {x}, {y}",
+    "gt": "{out} = icmp {gt} {t} {x}, {y}",
+    "ge": "{out} = icmp {ge} {t} {x}, {y}",
+}
+INT_WORDS = {
+    "s": {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "max": "smax", "min": "smin", "sign": "s"},
+    "u": {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "max": "umax", "min": "umin", "sign": "u"},
+}
+
+# integer power by squaring (wrapping); negative exponents give 0 except for bases 1 and -1
+IPOW_HELPER = """define internal {t} @fg.ipow.{sign}{bits}({t} %base, {t} %exponent) alwaysinline {{
+entry:
+  %negative = icmp slt {t} %exponent, 0
+  %is_negative = and i1 %negative, {signed}
+  br i1 %is_negative, label %inverse, label %loop
+inverse:
+  %is_one = icmp eq {t} %base, 1
+  %is_minus_one = icmp eq {t} %base, -1
+  %odd = trunc {t} %exponent to i1
+  %sign = select i1 %odd, {t} -1, {t} 1
+  %minus_one_power = select i1 %is_minus_one, {t} %sign, {t} 0
+  %inverse_result = select i1 %is_one, {t} 1, {t} %minus_one_power
+  ret {t} %inverse_result
+loop:
+  %b = phi {t} [ %base, %entry ], [ %b.next, %step ]
+  %e = phi {t} [ %exponent, %entry ], [ %e.next, %step ]
+  %result = phi {t} [ 1, %entry ], [ %result.next, %step ]
+  %done = icmp eq {t} %e, 0
+  br i1 %done, label %exit, label %step
+step:
+  %bit = trunc {t} %e to i1
+  %product = mul {t} %result, %b
+  %result.next = select i1 %bit, {t} %product, {t} %result
+  %b.next = mul {t} %b, %b
+  %e.next = lshr {t} %e, 1
+  br label %loop
+exit:
+  ret {t} %result
+}}"""
+
+# --- casts ----------------------------------------------------------------------------------------
+# Keyed by (from-class, to-class) over 'b', 's', 'u', 'f'; float16/bfloat16 go through float32
+# first (see render_cast). {from}/{to} are the LLVM types, {fs}/{ts} their intrinsic suffixes.
+CASTS = {
+    ("b", "s"): "{out} = zext i1 {x} to {to}",
+    ("b", "u"): "{out} = zext i1 {x} to {to}",
+    ("b", "f"): "{out} = uitofp i1 {x} to {to}",
+    ("s", "f"): "{out} = sitofp {from} {x} to {to}",
+    ("u", "f"): "{out} = uitofp {from} {x} to {to}",
+    # truncate toward zero, saturate, NaN -> 0: exactly the .sat intrinsics
+    ("f", "s"): "{out} = call {to} @llvm.fptosi.sat.{ts}.{fs}({from} {x})",
+    ("f", "u"): "{out} = call {to} @llvm.fptoui.sat.{ts}.{fs}({from} {x})",
+    ("s", "b"): "{out} = icmp ne {from} {x}, 0",
+    ("u", "b"): "{out} = icmp ne {from} {x}, 0",
+    ("f", "b"): "{out} = fcmp une {from} {x}, 0.0",
+}
+# float32 -> bfloat16, rounding to nearest even in integer arithmetic. LLVM's own fptrunc would use
+# AVX512-BF16's vcvtneps2bf16, which flushes denormals, or a libcall that is not in the process.
+FLOAT_TO_BFLOAT = """{out}.bits = bitcast float {x} to i32
+{out}.upper = lshr i32 {out}.bits, 16
+{out}.lsb = and i32 {out}.upper, 1
+{out}.bias = add i32 {out}.lsb, 32767
+{out}.rounded = add i32 {out}.bits, {out}.bias
+{out}.shifted = lshr i32 {out}.rounded, 16
+{out}.quiet = or i32 {out}.upper, 64
+{out}.nan = fcmp uno float {x}, 0.0
+{out}.result = select i1 {out}.nan, i32 {out}.quiet, i32 {out}.shifted
+{out}.short = trunc i32 {out}.result to i16
+{out} = bitcast i16 {out}.short to bfloat"""
+# float64 -> float32 rounding to odd (truncate, then set the last bit if inexact), so that a
+# following float32 -> float16 rounding equals direct float64 -> float16 rounding (NumPy's), without
+# LLVM's __truncdfhf2 libcall.
+DOUBLE_TO_FLOAT_ODD = """{out}.near = fptrunc double {x} to float
+{out}.back = fpext float {out}.near to double
+{out}.inexact = fcmp one double {out}.back, {x}
+{out}.near_abs = call double @llvm.fabs.f64(double {out}.back)
+{out}.x_abs = call double @llvm.fabs.f64(double {x})
+{out}.rounded_up = fcmp ogt double {out}.near_abs, {out}.x_abs
+{out}.bits = bitcast float {out}.near to i32
+{out}.down = zext i1 {out}.rounded_up to i32
+{out}.truncated = sub i32 {out}.bits, {out}.down
+{out}.odd = or i32 {out}.truncated, 1
+{out}.result = select i1 {out}.inexact, i32 {out}.odd, i32 {out}.bits
+{out} = bitcast i32 {out}.result to float"""
+
+# --- reductions -----------------------------------------------------------------------------------
+REDUCE_ALU = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
+BOOL_REDUCE_ALU = {"sum": "or", "prod": "and", "max": "or", "min": "and"}  # sum != 0 is any()
+# float sums and products may be reassociated, so the loop vectorizer can keep partial results
+REASSOCIATE = {"add": "{out} = fadd reassoc {t} {x}, {y}", "mul": "{out} = fmul reassoc {t} {x}, {y}"}
+
+
+def reduce_identity(op: str, dtype: np.dtype, empty: bool) -> Any:
+    """The reduction's start value. A non-empty float sum starts at -0.0 so that a sum of -0.0s
+    stays -0.0 (as NumPy's does); an empty one is +0.0."""
+    kind = op_class(dtype)
+    if op == "sum":
+        return False if kind == "b" else (0.0 if empty else -0.0) if kind in "fh" else 0
+    if op == "prod":
+        return True if kind == "b" else 1
+    low = op == "max"
+    if kind == "b":
+        return not low
+    if kind in "fh":
+        return -np.inf if low else np.inf
+    info = np.iinfo(dtype)
+    return info.min if low else info.max
+
+
+# --- constants ------------------------------------------------------------------------------------
+
+def render_const(value: Any, dtype: np.dtype) -> str:
+    """An LLVM literal: decimal integers (two's complement for large unsigned values), hex floats."""
+    dtype = np.dtype(dtype)
+    kind = op_class(dtype)
+    if kind == "b":
+        return "true" if value else "false"
+    if kind in "su":
+        bits = dtype.itemsize * 8
+        number = int(value) & ((1 << bits) - 1)
+        return str(number - (1 << bits) if number >= 1 << (bits - 1) else number)
+    if dtype.name == "float16":
+        return f"0xH{int(np.asarray(value, np.float16).view(np.uint16)):04X}"
+    if dtype.name == "bfloat16":
+        return f"0xR{int(np.asarray(value, ml_dtypes.bfloat16).view(np.uint16)):04X}"
+    # float and double constants are both written as the double's bits (float ones are exact)
+    return f"0x{struct.unpack('<Q', struct.pack('<d', float(np.asarray(value, dtype))))[0]:016X}"
+
+
+def llvm_function_name(kernel: Kernel) -> str:
+    """The kernel's name as an LLVM identifier (and the symbol the device looks up)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", kernel.name)
+    return name if name[:1].isalpha() or name[:1] == "_" else f"kernel_{name}"
+
+
+# --- the renderer ---------------------------------------------------------------------------------
+
+class _FunctionBuilder:
+    """Emits the body of one kernel function: SSA names, one expression cache per scope."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.counter = 0
+        self.helpers: dict[str, str] = {}
+        self.cache: dict[KExpr, str] = {}
+        self.acc_value: str | None = None
+
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"%v{self.counter}"
+
+    def emit(self, text: str) -> None:
+        self.lines.extend("  " + line for line in text.splitlines())
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def instantiate(self, template: str, **fields: Any) -> str:
+        out = self.fresh()
+        self.emit(template.format(out=out, **fields))
+        return out
+
+    # expressions are computed where they are used; LICM hoists what does not depend on the loop
+    def value(self, e: KExpr) -> str:
+        if e in self.cache:
+            return self.cache[e]
+        result = self._render(e)
+        self.cache[e] = result
+        return result
+
+    def _render(self, e: KExpr) -> str:
+        if e.op == "const":
+            return render_const(e.arg, e.dtype)
+        if e.op == "var":
+            return f"%{e.arg}"
+        if e.op == "acc":
+            if self.acc_value is None:
+                raise ValueError("acc is read outside the epilogue of a reduction")
+            return self.acc_value
+        if e.op == "load":
+            index = self.value(e.args[0])
+            pointer = self.instantiate("{out} = getelementptr inbounds {t}, ptr %in{n}, i64 {i}",
+                                       t=memory_type(e.dtype), n=e.arg, i=index)
+            loaded = self.instantiate("{out} = load {t}, ptr {p}", t=memory_type(e.dtype), p=pointer)
+            if op_class(e.dtype) == "b":
+                return self.instantiate("{out} = icmp ne i8 {x}, 0", x=loaded)
+            return loaded
+        if e.op == "where":
+            cond, a, b = (self.value(x) for x in e.args)
+            return self.instantiate("{out} = select i1 {c}, {t} {a}, {t} {b}", c=cond, t=value_type(e.dtype), a=a, b=b)
+        if e.op == "cast":
+            return self.cast(self.value(e.args[0]), e.args[0].dtype, e.dtype)
+        if e.op == "bitcast":
+            return self.bitcast(self.value(e.args[0]), e.args[0].dtype, e.dtype)
+        result = self.alu(e.op, [self.value(a) for a in e.args], e.args[0].dtype)
+        natural = BOOL if e.op in COMPARISONS or e.op == "is_finite" else e.args[0].dtype
+        # the reference converts a result to the node's dtype (e.g. is_finite built without dtype=bool)
+        return result if natural == e.dtype else self.cast(result, natural, e.dtype)
+
+    def alu(self, op: str, operands: list[str], dtype: np.dtype) -> str:
+        kind = op_class(dtype)
+        if kind == "h":  # compute in float32, round back (comparisons and is_finite give bools)
+            wide = [self.extend_to_float(x, dtype) for x in operands]
+            result = self.alu(op, wide, FLOAT32)
+            return result if op in COMPARISONS or op == "is_finite" else self.narrow_from_float(result, dtype)
+        table: dict[str, Any] = FLOAT_OPS if kind == "f" else INT_OPS
+        if op not in table:
+            raise ValueError(f"unsupported operation {op} on {np.dtype(dtype).name}")
+        template = table[op]
+        if isinstance(template, dict):
+            template = template["u" if kind == "b" else kind]
+        fields = self.fields(dtype)
+        if op == "pow" and kind in "su":
+            self.helpers.setdefault(f"{fields['sign']}{fields['bits']}", IPOW_HELPER.format(
+                **fields, signed="true" if kind == "s" else "false"))
+        return self.instantiate(template, **fields, x=operands[0],
+                                y=operands[1] if len(operands) > 1 else None)
+
+    def fields(self, dtype: np.dtype) -> dict[str, Any]:
+        kind = op_class(dtype)
+        t = value_type(dtype)
+        bits = 1 if kind == "b" else np.dtype(dtype).itemsize * 8
+        fields: dict[str, Any] = {"t": t, "bits": bits, "top_bit": bits - 1,
+                                  "s": {"float": "f32", "double": "f64"}.get(t, t), "f": "f" if t == "float" else ""}
+        if kind in "sub":
+            fields.update(INT_WORDS["s" if kind == "s" else "u"])
+        return fields
+
+    def extend_to_float(self, x: str, dtype: np.dtype) -> str:
+        return self.instantiate("{out} = fpext {t} {x} to float", t=value_type(dtype), x=x)
+
+    def narrow_from_float(self, x: str, dtype: np.dtype) -> str:
+        if np.dtype(dtype).name == "bfloat16":
+            return self.instantiate(FLOAT_TO_BFLOAT, x=x)
+        return self.instantiate("{out} = fptrunc float {x} to half", x=x)
+
+    def cast(self, x: str, source: np.dtype, target: np.dtype) -> str:
+        source, target = np.dtype(source), np.dtype(target)
+        if source == target:
+            return x
+        if op_class(source) == "h":
+            x, source = self.extend_to_float(x, source), FLOAT32
+        if op_class(target) == "h":
+            if source.name == "float64" and target.name == "float16":
+                x = self.instantiate(DOUBLE_TO_FLOAT_ODD, x=x)
+            else:  # ints and float64 reach bfloat16 through float32, as ml_dtypes converts
+                x = self.cast(x, source, FLOAT32)
+            return self.narrow_from_float(x, target)
+        if source == target:
+            return x
+        from_kind, to_kind = op_class(source), op_class(target)
+        from_type, to_type = value_type(source), value_type(target)
+        if from_kind in "su" and to_kind in "su":
+            if source.itemsize == target.itemsize:
+                return x
+            verb = "trunc" if source.itemsize > target.itemsize else "sext" if from_kind == "s" else "zext"
+            return self.instantiate(f"{{out}} = {verb} {from_type} {{x}} to {to_type}", x=x)
+        if from_kind == "f" and to_kind == "f":
+            verb = "fptrunc" if source.itemsize > target.itemsize else "fpext"
+            return self.instantiate(f"{{out}} = {verb} {from_type} {{x}} to {to_type}", x=x)
+        suffix = {"float": "f32", "double": "f64"}
+        return self.instantiate(CASTS[(from_kind, to_kind)], x=x, **{
+            "from": from_type, "to": to_type, "fs": suffix.get(from_type, from_type),
+            "ts": suffix.get(to_type, to_type)})
+
+    def bitcast(self, x: str, source: np.dtype, target: np.dtype) -> str:
+        source, target = np.dtype(source), np.dtype(target)
+        if source.itemsize != target.itemsize:
+            raise ValueError(f"bitcast needs dtypes of one width, got {source.name} and {target.name}")
+        if op_class(source) == "b":
+            return self.instantiate("{out} = zext i1 {x} to i8", x=x) if op_class(target) != "b" else x
+        if op_class(target) == "b":
+            return self.instantiate("{out} = icmp ne i8 {x}, 0", x=x)
+        if value_type(source) == value_type(target):
+            return x
+        return self.instantiate("{out} = bitcast {a} {x} to {b}", a=value_type(source), x=x, b=value_type(target))
+
+    # --- loops ---
+    def open_loop(self, name: str, start: str, end: str) -> None:
+        self.emit(f"store i64 {start}, ptr %{name}.addr\nbr label %{name}.cond")
+        self.label(f"{name}.cond")
+        self.emit(f"%{name} = load i64, ptr %{name}.addr\n%{name}.go = icmp slt i64 %{name}, {end}\n"
+                  f"br i1 %{name}.go, label %{name}.body, label %{name}.exit")
+        self.label(f"{name}.body")
+
+    def close_loop(self, name: str) -> None:
+        self.emit(f"%{name}.next = add nsw i64 %{name}, 1\nstore i64 %{name}.next, ptr %{name}.addr\n"
+                  f"br label %{name}.cond")
+        self.label(f"{name}.exit")
+
+
+def render_llvm(kernel: Kernel) -> str:
+    """The LLVM IR module (text) for ``kernel``; its function is named ``llvm_function_name(kernel)``.
+
+    >>> print(render_llvm(k))  # doctest: +SKIP
+    define void @add(ptr noalias %out0, ptr noalias %in0, ptr noalias %in1, i64 %start, i64 %end) #0 { ...
+    """
+    builder = _FunctionBuilder()
+    global_vars = [f"g{i}" for i in range(len(kernel.shape))]
+    reduce_vars = [f"r{i}" for i in range(len(kernel.reduce_shape))]
+    for name in global_vars + reduce_vars:
+        builder.emit(f"%{name}.addr = alloca i64")
+    acc_dtype = kernel.acc_dtype
+    acc_compute = None
+    if acc_dtype is not None:
+        acc_compute = FLOAT32 if op_class(acc_dtype) == "h" else np.dtype(acc_dtype)
+        builder.emit(f"%acc.addr = alloca {value_type(acc_compute)}")
+
+    for depth, (name, size) in enumerate(zip(global_vars, kernel.shape)):
+        builder.open_loop(name, "%start" if depth == 0 else "0", "%end" if depth == 0 else str(size))
+
+    if kernel.reduce_expr is not None and acc_dtype is not None and acc_compute is not None:
+        empty = int(np.prod(kernel.reduce_shape)) == 0
+        identity = render_const(reduce_identity(kernel.reduce_op or "", acc_compute, empty), acc_compute)
+        builder.emit(f"store {value_type(acc_compute)} {identity}, ptr %acc.addr")
+        for name, size in zip(reduce_vars, kernel.reduce_shape):
+            builder.open_loop(name, "0", str(size))
+        value = builder.value(kernel.reduce_expr)
+        if op_class(acc_dtype) == "h":
+            value = builder.extend_to_float(value, acc_dtype)
+        old = builder.instantiate("{out} = load {t}, ptr %acc.addr", t=value_type(acc_compute))
+        alu = (BOOL_REDUCE_ALU if op_class(acc_compute) == "b" else REDUCE_ALU)[kernel.reduce_op or ""]
+        if op_class(acc_compute) == "f" and alu in REASSOCIATE:
+            new = builder.instantiate(REASSOCIATE[alu], t=value_type(acc_compute), x=old, y=value)
+        else:
+            new = builder.alu(alu, [old, value], acc_compute)
+        builder.emit(f"store {value_type(acc_compute)} {new}, ptr %acc.addr")
+        for name in reversed(reduce_vars):
+            builder.close_loop(name)
+        builder.cache = {}  # values computed inside the reduction loop do not dominate the epilogue
+        final = builder.instantiate("{out} = load {t}, ptr %acc.addr", t=value_type(acc_compute))
+        builder.acc_value = builder.narrow_from_float(final, acc_dtype) if op_class(acc_dtype) == "h" else final
+
+    position = builder.value(flat_index([var(name) for name in global_vars], kernel.shape)) \
+        if kernel.shape else "0"
+    for number, (expr, aval) in enumerate(zip(kernel.outputs, kernel.out_avals)):
+        if expr.dtype != aval.dtype:
+            raise ValueError(f"output {number} is computed as {expr.dtype.name} but stored as {aval.dtype.name}")
+        value = builder.value(expr)
+        if op_class(aval.dtype) == "b":
+            value = builder.instantiate("{out} = zext i1 {x} to i8", x=value)
+        pointer = builder.instantiate("{out} = getelementptr inbounds {t}, ptr %out{n}, i64 {i}",
+                                      t=memory_type(aval.dtype), n=number, i=position)
+        builder.emit(f"store {memory_type(aval.dtype)} {value}, ptr {pointer}")
+
+    for name in reversed(global_vars):
+        builder.close_loop(name)
+    builder.emit("ret void")
+
+    parameters = [f"ptr noalias %out{i}" for i in range(len(kernel.outputs))]
+    parameters += [f"ptr noalias %in{i}" for i in range(len(kernel.in_avals))]
+    body = "\n".join(builder.lines)
+    lines = [f"; kernel {kernel.name}", *(f";   {line}" for line in str(kernel).splitlines()[1:]),
+             f"define void @{llvm_function_name(kernel)}({', '.join(parameters + ['i64 %start', 'i64 %end'])}) #0 {{",
+             "entry:", body, "}", *builder.helpers.values(), *_declarations(body + "\n".join(builder.helpers.values())),
+             'attributes #0 = { nounwind "prefer-vector-width"="512" "min-legal-vector-width"="512" }',
+             "attributes #1 = { nounwind willreturn memory(none) }"]
+    return "\n".join(lines) + "\n"
+
+
+_CALL = re.compile(r"call (\S+) @([\w.]+)\(([^)]*)\)")
+
+
+def _declarations(body: str) -> list[str]:
+    """``declare`` lines for every intrinsic and libm function the body calls (helpers defined in
+    the module are skipped). libm functions are pure here (no errno), hence attribute group #1."""
+    found: dict[str, str] = {}
+    for result, name, arguments in _CALL.findall(body):
+        if name.startswith("fg.") or name in found:
+            continue
+        types = ", ".join(argument.split()[0] for argument in arguments.split(","))
+        found[name] = f"declare {result} @{name}({types})" + ("" if name.startswith("llvm.") else " #1")
+    return list(found.values())
+
+
+def external_symbols(source: str) -> list[str]:
+    """Names of the non-intrinsic functions an LLVM module declares (libm), for resolution checks."""
+    return re.findall(r"^declare \S+ @([\w.]+)\(.*#1$", source, flags=re.MULTILINE)
+
