@@ -36,6 +36,11 @@ def run_both(fn, *args, device=None):
     return plan.run(consts + inputs), eval_ir(ir, inputs, consts)
 
 
+def _device(name: str):
+    from funcgrad.devices.cpu import CPUDevice
+    return ReferenceDevice() if name == "reference" else CPUDevice()
+
+
 N = 16
 A = np.random.default_rng(0).normal(size=(N, N)).astype(np.float32)
 B = np.random.default_rng(1).normal(size=(N, N)).astype(np.float32)
@@ -123,8 +128,9 @@ def test_jit_calls_are_inlined_so_fusion_crosses_them():
     lambda a, b: ((a > 0) & (b < 0)).astype("int32").sum(axis=1) + fnp.argmax(a, axis=1),
     fg.grad(lambda a, b: fnp.sum(fnp.tanh(a @ b) ** 2)),
 ])
-def test_scheduled_programs_match_the_interpreter(fn):
-    got, want = run_both(fn, A, B)
+@pytest.mark.parametrize("device", ["reference", "cpu"])
+def test_scheduled_programs_match_the_interpreter(fn, device):
+    got, want = run_both(fn, A, B, device=_device(device))
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=2e-3 if g.dtype == np.float16
@@ -169,14 +175,31 @@ ops_strategy = st.lists(st.tuples(st.sampled_from(["unary", "binary", "reduce", 
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops=ops_strategy, rows=st.integers(1, 5), cols=st.integers(1, 5))
-def test_random_programs_schedule_to_the_interpreters_result(ops, rows, cols):
+@given(ops=ops_strategy, rows=st.integers(1, 5), cols=st.integers(1, 5), device=st.sampled_from(["reference", "cpu"]))
+def test_random_programs_schedule_to_the_interpreters_result(ops, rows, cols, device):
     rng = np.random.default_rng(rows * 10 + cols)
     x = rng.normal(size=(rows, cols)).astype(np.float32)
     y = rng.normal(size=(rows, cols)).astype(np.float32)
-    got, want = run_both(lambda a, b: _program(ops, a, b), x, y)
+    got, want = run_both(lambda a, b: _program(ops, a, b), x, y, device=_device(device))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=ops_strategy, rows=st.integers(1, 4), cols=st.integers(1, 4))
+def test_random_programs_lazily_and_under_jit_match_the_interpreter(ops, rows, cols):
+    """The user-facing paths: eager (lazy realize on the default device) and fg.jit."""
+    rng = np.random.default_rng(rows * 7 + cols)
+    x = rng.normal(size=(rows, cols)).astype(np.float32)
+    y = rng.normal(size=(rows, cols)).astype(np.float32)
+    fn = lambda a, b: _program(ops, a, b)  # noqa: E731
+    ir = fg.make_ir(fn)(x, y)
+    want = eval_ir(ir, [x, y], [c.numpy() for c in ir.consts])
+    eager = fn(fg.Tensor(x), fg.Tensor(y))
+    jitted = fg.jit(fn)(fg.Tensor(x), fg.Tensor(y))
+    for e, j, w in zip(eager, jitted, want):
+        np.testing.assert_allclose(e.numpy(), w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(j.numpy(), w, rtol=1e-5, atol=1e-5)
 
 
 def test_evaluate_kernel_handles_an_empty_reduction():
