@@ -116,6 +116,11 @@ def realize(targets: Sequence[LazyBuffer]) -> None:
     pending = [t for t in targets if not t.realized]
     if not pending:
         return
+    op = pending[0].op
+    if (USE_COMPILER and op is not None and op.primitive.name == "jit" and all(t.op is op for t in pending)
+            and all(s.realized for s in op.sources)):
+        _realize_jit_call(op)  # the common case of a jit call on computed arguments: no graph to build
+        return
     ir, inputs = graph_to_ir(pending)
     arrays = [b.array for b in inputs if b.array is not None]
     if USE_COMPILER:
@@ -127,3 +132,15 @@ def realize(targets: Sequence[LazyBuffer]) -> None:
         buffer.array = np.asarray(array)
         buffer.array.flags.writeable = False
         buffer.op = None
+
+
+def _realize_jit_call(op: LazyOp) -> None:
+    """Run one jit call whose arguments are computed, with the plan cached for its IR object."""
+    from funcgrad.lower import run_jit
+    results = run_jit(op.params["ir"], [s.array for s in op.sources])
+    for ref, array in zip(op.outputs, results):
+        buffer = ref()
+        if buffer is not None:
+            buffer.array = np.asarray(array)
+            buffer.array.flags.writeable = False
+            buffer.op = None

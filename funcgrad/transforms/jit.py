@@ -84,8 +84,15 @@ class Jitted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         (ir, out_tree, consts), leaves = self._trace(args, kwargs)
+        from funcgrad.lazy import LazyBuffer, realize
         from funcgrad.transforms.ad import as_tensor
         operands = consts + [as_tensor(leaf) for leaf in leaves]
+        # a jit call is a compilation boundary: compute pending arguments once, so repeated calls on
+        # them replay the cached plan instead of recomputing their graphs
+        pending = [x._data for x in operands if isinstance(x, Tensor) and isinstance(x._data, LazyBuffer)
+                   and not x._data.realized]
+        if pending:
+            realize(pending)
         outs = bind(jit_p, *operands, ir=ir, name=self.name)
         return tree.unflatten(out_tree, list(outs))
 
