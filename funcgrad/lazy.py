@@ -137,7 +137,7 @@ def realize(targets: Sequence[LazyBuffer]) -> None:
 def _realize_jit_call(op: LazyOp) -> None:
     """Run one jit call whose arguments are computed, with the plan cached for its IR object."""
     from funcgrad.lower import run_jit
-    results = run_jit(op.params["ir"], [s.array for s in op.sources])
+    results = run_jit(op.params["ir"], [s.array for s in op.sources if s.array is not None])
     for ref, array in zip(op.outputs, results):
         buffer = ref()
         if buffer is not None:

@@ -59,4 +59,7 @@ def run_jit(ir: IR, args: Sequence[np.ndarray], device: Device | None = None) ->
     return entry[1].run(args)
 
 
-__all__ = ["run_jit", "Device", "Plan", "ReferenceDevice", "compile_plan", "default_device", "run_ir", "set_default_device"]
+__all__ = [
+    "Device", "Plan", "ReferenceDevice", "compile_plan", "default_device", "run_ir", "run_jit",
+    "set_default_device",
+]
