@@ -462,6 +462,8 @@ def _pad_rule(x: ShapedArray, value: ShapedArray, *, low: tuple[int, ...],
 
 
 def _pad_impl(x: np.ndarray, value: np.ndarray, *, low: tuple[int, ...], high: tuple[int, ...]) -> np.ndarray:
+    if np.ndim(x) == 0:  # nothing to pad (np.pad refuses an empty pad list)
+        return np.array(x, copy=True)
     return np.pad(x, list(zip(low, high)), constant_values=value)
 
 
@@ -614,6 +616,11 @@ def _scatter_impl(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, ax
     index = tuple(indices[..., k][in_range] for k in range(len(axes)))
     target = _move_axes_first(out, axes)  # a view: writes land in ``out``
     updates = updates[in_range]
+    if not axes:  # every update addresses the whole operand, in order
+        for update in updates:
+            out = update.copy() if mode == "set" else {"add": np.add, "mul": np.multiply, "min": np.minimum,
+                                                        "max": np.maximum}[mode](out, update).astype(out.dtype)
+        return np.asarray(out)
     if mode == "set":
         target[index] = updates
     else:

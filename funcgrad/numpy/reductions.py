@@ -495,6 +495,6 @@ def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = N
 __all__ = [
     "all", "amax", "amin", "any", "argmax", "argmin", "average", "count_nonzero", "cummax", "cummin",
     "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "diff", "logsumexp", "max", "mean",
-    "median", "min", "nanmax", "nanmean", "nanmin", "nansum", "normalize_axes", "normalize_axis",
+    "median", "min", "nanmax", "nanmean", "nanmin", "nansum",
     "percentile", "prod", "ptp", "quantile", "std", "sum", "var",
 ]

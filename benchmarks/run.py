@@ -1,0 +1,1020 @@
+"""Side-by-side benchmarks: funcgrad against NumPy, JAX (jit), PyTorch (eager) and tinygrad, in one process.
+
+    python3 benchmarks/run.py [--quick] [--json out.json] [--only name,...] [--frameworks name,...]
+
+Each row of the registry `WORKLOADS` makes its inputs with NumPy, computes a NumPy reference, and
+has one `prepare` function per framework: it converts the inputs and returns a `step` that runs the
+workload once and returns a realized result (funcgrad `.realize()`, JAX `block_until_ready()`).
+For every workload the runner checks each framework's first result against the reference (`ok`),
+warms up, then times repetitions round-robin across the frameworks (so machine noise hits all of
+them alike), and reports the medians, funcgrad's time ratio to each peer, and whether the Compiler
+issue's targets are met. A framework that uses up its time budget on a workload stops there; one
+that cannot finish a single call within it is reported as `>budget` (not waited for: a matmul's
+time is estimated from the GFLOP/s the framework reached on the previous matmul).
+
+FUNCGRAD_CACHE points at a fresh temporary folder for the whole run, so every kernel funcgrad uses
+is compiled during the run (first calls include compilation). The peers are imported only if
+installed; one that is installed but cannot run here is listed with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FRAMEWORKS = ("funcgrad", "numpy", "jax", "torch", "tinygrad")
+PEERS = FRAMEWORKS[1:]
+DEFAULT_JSON = REPO_ROOT / "benchmarks" / "latest.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """Problem sizes and timing policy of one run mode."""
+
+    matmul: tuple[int, int, int] = (512, 1024, 2048)
+    gelu: int = 1 << 24
+    softmax: tuple[int, int] = (4096, 4096)
+    layernorm: tuple[int, int] = (8192, 1024)
+    dispatch_calls: int = 200         # calls per repetition of the dispatch workload
+    mlp: tuple[int, ...] = (784, 512, 512, 10)
+    batch: int = 256
+    repetitions: int = 7
+    budget_s: float = 12.0            # time one framework may spend on one workload
+
+
+FULL = Sizes()
+QUICK = Sizes(matmul=(16, 32, 64), gelu=1 << 10, softmax=(32, 48), layernorm=(64, 32), dispatch_calls=5,
+              mlp=(20, 16, 16, 10), batch=8, repetitions=2, budget_s=20.0)
+
+
+# --- frameworks -----------------------------------------------------------------------------------------
+
+def _probe_tinygrad() -> None:
+    from tinygrad import Tensor
+    (Tensor.ones(2) + 1).realize()
+
+
+PROBES: dict[str, Callable[[], None]] = {"tinygrad": _probe_tinygrad}
+
+
+def available_frameworks(wanted: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """({name: version} of the usable frameworks, {name: why not} of the others)."""
+    versions: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    for name in wanted:
+        try:
+            importlib.import_module(name)
+            PROBES.get(name, lambda: None)()
+        except ImportError:
+            missing[name] = "not installed"
+            continue
+        except Exception as error:  # noqa: BLE001 - an unusable peer is reported, not fatal
+            missing[name] = f"installed but cannot run here: {_one_line(error)}"
+            continue
+        versions[name] = getattr(sys.modules[name], "__version__", None) or importlib.metadata.version(name)
+    return versions, missing
+
+
+def to_numpy(value: Any) -> Any:
+    """A framework's result (an array or a list/tuple of them) as NumPy arrays."""
+    if isinstance(value, (list, tuple)):
+        return [to_numpy(v) for v in value]
+    if hasattr(value, "detach"):  # torch
+        return value.detach().numpy()
+    if hasattr(value, "numpy"):  # funcgrad, tinygrad
+        return np.asarray(value.numpy())
+    return np.asarray(value)
+
+
+@dataclasses.dataclass
+class Prepared:
+    """What a prepare function returns (a bare callable is the `step`): `step` runs the workload once
+    and returns a realized result; `snapshot` turns that result into the arrays checked against the
+    reference."""
+
+    step: Callable[[], Any]
+    snapshot: Callable[[Any], Any] = to_numpy
+
+
+def funcgrad_realize_all(outputs: Sequence[Any]) -> None:
+    """Realize several funcgrad Tensors with one lowering. Tensor.realize() realizes one output at a
+    time, and each such call reruns the jit call's plan pruned to that output, so a train step
+    returning 13 arrays would run 13 times; funcgrad has no public way to realize a tuple yet."""
+    from funcgrad.lazy import realize
+    realize([t._data for t in outputs])
+
+
+# --- shared math: one definition, written against a NumPy-like namespace `xp` -----------------------------
+
+GELU_C = float(np.sqrt(2.0 / np.pi))
+LAYERNORM_EPS = 1e-5
+ADAM = {"lr": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-8}
+
+
+def gelu(xp: Any, x: Any) -> Any:
+    """GELU, tanh form."""
+    return 0.5 * x * (1.0 + xp.tanh(GELU_C * (x + 0.044715 * x * x * x)))
+
+
+def softmax(xp: Any, x: Any) -> Any:
+    shifted = x - xp.max(x, axis=-1, keepdims=True)
+    e = xp.exp(shifted)
+    return e / xp.sum(e, axis=-1, keepdims=True)
+
+
+def layernorm(xp: Any, x: Any, weight: Any, bias: Any) -> Any:
+    mean = xp.mean(x, axis=-1, keepdims=True)
+    centered = x - mean
+    var = xp.mean(centered * centered, axis=-1, keepdims=True)
+    return centered / xp.sqrt(var + LAYERNORM_EPS) * weight + bias
+
+
+def mlp_loss(xp: Any, params: list[Any], x: Any, onehot: Any) -> Any:
+    """Mean softmax cross-entropy of a ReLU MLP; params is [w1, b1, w2, b2, ...], w of shape (in, out)."""
+    h = x
+    layers = len(params) // 2
+    for i in range(layers):
+        h = h @ params[2 * i] + params[2 * i + 1]
+        if i < layers - 1:
+            h = xp.maximum(h, 0.0)
+    shifted = h - xp.max(h, axis=1, keepdims=True)
+    log_probs = shifted - xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
+    return -xp.mean(xp.sum(onehot * log_probs, axis=1))
+
+
+def make_train_step(xp: Any, value_and_grad: Callable[..., Any]) -> Callable[..., Any]:
+    """A functional Adam train step: (params, m, v, step, x, onehot) -> (params, m, v, step, loss)."""
+    lr, b1, b2, eps = ADAM["lr"], ADAM["b1"], ADAM["b2"], ADAM["eps"]
+
+    def train_step(params: list[Any], m: list[Any], v: list[Any], step: Any, x: Any, onehot: Any) -> Any:
+        loss, grads = value_and_grad(partial(mlp_loss, xp))(params, x, onehot)
+        step = step + 1.0
+        correction1 = 1.0 - b1 ** step
+        correction2 = 1.0 - b2 ** step
+        m = [b1 * mi + (1.0 - b1) * g for mi, g in zip(m, grads)]
+        v = [b2 * vi + (1.0 - b2) * g * g for vi, g in zip(v, grads)]
+        params = [p - lr * (mi / correction1) / (xp.sqrt(vi / correction2) + eps)
+                  for p, mi, vi in zip(params, m, v)]
+        return params, m, v, step, loss
+
+    return train_step
+
+
+def numpy_train_step(params: list[np.ndarray], m: list[np.ndarray], v: list[np.ndarray], step: float,
+                     x: np.ndarray, onehot: np.ndarray) -> tuple[Any, ...]:
+    """The same train step with a hand-written backward pass (the reference, and the NumPy peer)."""
+    lr, b1, b2, eps = ADAM["lr"], ADAM["b1"], ADAM["b2"], ADAM["eps"]
+    layers = len(params) // 2
+    activations, pre_activations = [x], []
+    h = x
+    for i in range(layers):
+        z = h @ params[2 * i] + params[2 * i + 1]
+        pre_activations.append(z)
+        h = np.maximum(z, 0) if i < layers - 1 else z
+        activations.append(h)
+    shifted = h - h.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    total = exp.sum(axis=1, keepdims=True)
+    loss = -np.mean(np.sum(onehot * (shifted - np.log(total)), axis=1))
+    dz = (exp / total - onehot) / x.shape[0]
+    grads: list[np.ndarray] = [np.empty(0)] * len(params)
+    for i in reversed(range(layers)):
+        grads[2 * i] = activations[i].T @ dz
+        grads[2 * i + 1] = dz.sum(axis=0)
+        if i > 0:
+            dz = (dz @ params[2 * i].T) * (pre_activations[i - 1] > 0)
+    step += 1
+    m = [b1 * mi + (1 - b1) * g for mi, g in zip(m, grads)]
+    v = [b2 * vi + (1 - b2) * g * g for vi, g in zip(v, grads)]
+    params = [p - lr * (mi / (1 - b1 ** step)) / (np.sqrt(vi / (1 - b2 ** step)) + eps)
+              for p, mi, vi in zip(params, m, v)]
+    return params, m, v, step, loss
+
+
+# --- workload inputs and references -----------------------------------------------------------------
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+def matmul_inputs(n: int, sizes: Sizes) -> dict[str, Any]:
+    rng = _rng()
+    return {"a": rng.standard_normal((n, n), dtype=np.float32), "b": rng.standard_normal((n, n), dtype=np.float32)}
+
+
+def gelu_inputs(sizes: Sizes) -> dict[str, Any]:
+    return {"x": _rng().standard_normal(sizes.gelu, dtype=np.float32) * 3}
+
+
+def softmax_inputs(sizes: Sizes) -> dict[str, Any]:
+    return {"x": _rng().standard_normal(sizes.softmax, dtype=np.float32) * 4}
+
+
+def layernorm_inputs(sizes: Sizes) -> dict[str, Any]:
+    rng = _rng()
+    features = sizes.layernorm[1]
+    return {"x": rng.standard_normal(sizes.layernorm, dtype=np.float32) * 2 + 1,
+            "weight": rng.standard_normal(features, dtype=np.float32),
+            "bias": rng.standard_normal(features, dtype=np.float32)}
+
+
+def dispatch_inputs(sizes: Sizes) -> dict[str, Any]:
+    return {"x": np.arange(8, dtype=np.float32)}
+
+
+def mlp_inputs(sizes: Sizes) -> dict[str, Any]:
+    rng = _rng()
+    params = []
+    for fan_in, fan_out in zip(sizes.mlp[:-1], sizes.mlp[1:]):
+        params.append((rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(np.float32))
+        params.append((rng.standard_normal(fan_out) * 0.1).astype(np.float32))
+    labels = rng.integers(0, sizes.mlp[-1], sizes.batch).astype(np.int32)
+    return {"params": params, "x": rng.standard_normal((sizes.batch, sizes.mlp[0]), dtype=np.float32),
+            "labels": labels, "onehot": np.eye(sizes.mlp[-1], dtype=np.float32)[labels]}
+
+
+def _float64(inputs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype == np.float32 else v
+            for k, v in inputs.items()}
+
+
+def matmul_reference(inputs: dict[str, Any]) -> np.ndarray:
+    return inputs["a"].astype(np.float64) @ inputs["b"].astype(np.float64)
+
+
+def gelu_reference(inputs: dict[str, Any]) -> np.ndarray:
+    return gelu(np, inputs["x"].astype(np.float64))
+
+
+def softmax_reference(inputs: dict[str, Any]) -> np.ndarray:
+    return softmax(np, inputs["x"].astype(np.float64))
+
+
+def layernorm_reference(inputs: dict[str, Any]) -> np.ndarray:
+    i = _float64(inputs)
+    return layernorm(np, i["x"], i["weight"], i["bias"])
+
+
+def dispatch_reference(inputs: dict[str, Any]) -> np.ndarray:
+    return inputs["x"] * 2 + 1
+
+
+def mlp_reference(inputs: dict[str, Any]) -> list[Any]:
+    """[loss, params after one step..., Adam first moments...] from the initial state, in float64."""
+    params = [p.astype(np.float64) for p in inputs["params"]]
+    zeros = [np.zeros_like(p) for p in params]
+    new_params, m, _, _, loss = numpy_train_step(params, zeros, zeros, 0.0, inputs["x"].astype(np.float64),
+                                                 inputs["onehot"].astype(np.float64))
+    return [loss, *new_params, *m]
+
+
+def mlp_compare(actual: list[Any], expected: list[Any]) -> tuple[bool, float]:
+    """Loss and gradients (through Adam's m = 0.1 g) tightly; parameters within 2.1 lr, since Adam's
+    first step moves each by lr * g/|g| and float32 rounding may flip the sign of a tiny gradient."""
+    count = (len(expected) - 1) // 2
+    loss_ok, loss_err = allclose(actual[:1], expected[:1], 1e-4, 1e-5)
+    params_ok, params_err = allclose(actual[1:1 + count], expected[1:1 + count], 0.0, 2.1 * ADAM["lr"])
+    m_scale = max(float(np.abs(g).max()) for g in expected[1 + count:])
+    m_ok, m_err = allclose(actual[1 + count:], expected[1 + count:], 1e-3, 1e-4 * m_scale)
+    return loss_ok and params_ok and m_ok, max(loss_err, params_err, m_err)
+
+
+def allclose(actual: Any, expected: Any, rtol: float, atol: float) -> tuple[bool, float]:
+    """(all close, largest absolute error) over an array or a list of arrays."""
+    pairs = zip(actual, expected) if isinstance(expected, list) else [(actual, expected)]
+    ok, worst = True, 0.0
+    for a, e in pairs:
+        a, e = np.asarray(a, dtype=np.float64), np.asarray(e, dtype=np.float64)
+        if a.shape != e.shape:
+            return False, float("inf")
+        worst = max(worst, float(np.max(np.abs(a - e), initial=0.0)))
+        ok = ok and bool(np.allclose(a, e, rtol=rtol, atol=atol))
+    return ok, worst
+
+
+# --- funcgrad ------------------------------------------------------------------------------------------
+
+def funcgrad_matmul(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    a, b = fnp.asarray(inputs["a"]), fnp.asarray(inputs["b"])
+    matmul = fg.jit(lambda a, b: a @ b)
+    return lambda: matmul(a, b).realize()
+
+
+def funcgrad_gelu(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    x = fnp.asarray(inputs["x"])
+    run = fg.jit(partial(gelu, fnp))
+    return lambda: run(x).realize()
+
+
+def funcgrad_softmax(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    x = fnp.asarray(inputs["x"])
+    run = fg.jit(partial(softmax, fnp))
+    return lambda: run(x).realize()
+
+
+def funcgrad_layernorm(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    x, weight, bias = (fnp.asarray(inputs[k]) for k in ("x", "weight", "bias"))
+    run = fg.jit(partial(layernorm, fnp))
+    return lambda: run(x, weight, bias).realize()
+
+
+def funcgrad_dispatch(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    x = fnp.asarray(inputs["x"])
+    run = fg.jit(lambda x: x * 2 + 1)
+    return lambda: run(x).realize()
+
+
+class FuncgradMLP:
+    """The functional train step under fg.jit; each call feeds the new state back in."""
+
+    def __init__(self, inputs: dict[str, Any]) -> None:
+        import funcgrad as fg
+        import funcgrad.numpy as fnp
+        self.fg, self.fnp = fg, fnp
+        self.inputs = inputs
+        self.state = self.initial_state()
+        self.train_step = self.new_jit()
+
+    def initial_state(self) -> tuple[Any, ...]:
+        fnp = self.fnp
+        params = [fnp.asarray(p) for p in self.inputs["params"]]
+        zeros = [fnp.zeros(p.shape, dtype=fnp.float32) for p in self.inputs["params"]]
+        return params, zeros, list(zeros), fnp.asarray(np.float32(0))
+
+    def new_jit(self) -> Callable[..., Any]:
+        return self.fg.jit(make_train_step(self.fnp, self.fg.value_and_grad))
+
+    def step(self) -> Any:
+        x, onehot = self.fnp.asarray(self.inputs["x"]), self.fnp.asarray(self.inputs["onehot"])
+        params, m, v, count, loss = self.train_step(*self.state, x, onehot)
+        funcgrad_realize_all([*params, *m, *v, count, loss])
+        self.state = (params, m, v, count)
+        return [loss, *params, *m]
+
+
+def funcgrad_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
+    return FuncgradMLP(inputs).step
+
+
+def funcgrad_mlp_first_call(inputs: dict[str, Any]) -> Callable[[], Any]:
+    mlp = FuncgradMLP(inputs)
+
+    def first_call() -> Any:
+        mlp.state, mlp.train_step = mlp.initial_state(), mlp.new_jit()
+        return mlp.step()
+
+    return first_call
+
+
+# --- NumPy ---------------------------------------------------------------------------------------------
+
+def numpy_matmul(inputs: dict[str, Any]) -> Callable[[], Any]:
+    a, b = inputs["a"], inputs["b"]
+    return lambda: a @ b
+
+
+def numpy_gelu(inputs: dict[str, Any]) -> Callable[[], Any]:
+    return partial(gelu, np, inputs["x"])
+
+
+def numpy_softmax(inputs: dict[str, Any]) -> Callable[[], Any]:
+    return partial(softmax, np, inputs["x"])
+
+
+def numpy_layernorm(inputs: dict[str, Any]) -> Callable[[], Any]:
+    return partial(layernorm, np, inputs["x"], inputs["weight"], inputs["bias"])
+
+
+def numpy_dispatch(inputs: dict[str, Any]) -> Callable[[], Any]:
+    x = inputs["x"]
+    return lambda: x * 2 + 1
+
+
+def numpy_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
+    params = list(inputs["params"])
+    state: list[Any] = [params, [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params], 0.0]
+
+    def step() -> Any:
+        params, m, v, count, loss = numpy_train_step(*state, inputs["x"], inputs["onehot"])
+        state[:] = [params, m, v, count]
+        return [loss, *params, *m]
+
+    return step
+
+
+# --- JAX -----------------------------------------------------------------------------------------------
+
+def jax_matmul(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import jax
+    a, b = jax.device_put(inputs["a"]), jax.device_put(inputs["b"])
+    matmul = jax.jit(lambda a, b: a @ b)
+    return lambda: matmul(a, b).block_until_ready()
+
+
+def jax_gelu(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import jax
+    import jax.numpy as jnp
+    x = jax.device_put(inputs["x"])
+    run = jax.jit(partial(gelu, jnp))
+    return lambda: run(x).block_until_ready()
+
+
+def jax_softmax(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import jax
+    import jax.numpy as jnp
+    x = jax.device_put(inputs["x"])
+    run = jax.jit(partial(softmax, jnp))
+    return lambda: run(x).block_until_ready()
+
+
+def jax_layernorm(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import jax
+    import jax.numpy as jnp
+    x, weight, bias = (jax.device_put(inputs[k]) for k in ("x", "weight", "bias"))
+    run = jax.jit(partial(layernorm, jnp))
+    return lambda: run(x, weight, bias).block_until_ready()
+
+
+def jax_dispatch(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import jax
+    x = jax.device_put(inputs["x"])
+    run = jax.jit(lambda x: x * 2 + 1)
+    return lambda: run(x).block_until_ready()
+
+
+class JaxMLP:
+    """The same functional train step as funcgrad's, under jax.jit."""
+
+    def __init__(self, inputs: dict[str, Any]) -> None:
+        import jax
+        import jax.numpy as jnp
+        self.jax, self.jnp = jax, jnp
+        self.inputs = inputs
+        self.x, self.onehot = jax.device_put(inputs["x"]), jax.device_put(inputs["onehot"])
+        self.state = self.initial_state()
+        self.train_step = self.new_jit()
+
+    def initial_state(self) -> tuple[Any, ...]:
+        params = [self.jax.device_put(p) for p in self.inputs["params"]]
+        zeros = [self.jnp.zeros_like(p) for p in params]
+        return params, zeros, list(zeros), self.jnp.float32(0)
+
+    def new_jit(self) -> Callable[..., Any]:
+        return self.jax.jit(make_train_step(self.jnp, self.jax.value_and_grad))
+
+    def step(self) -> Any:
+        params, m, v, count, loss = self.jax.block_until_ready(self.train_step(*self.state, self.x, self.onehot))
+        self.state = (params, m, v, count)
+        return [loss, *params, *m]
+
+
+def jax_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
+    return JaxMLP(inputs).step
+
+
+def jax_mlp_first_call(inputs: dict[str, Any]) -> Callable[[], Any]:
+    mlp = JaxMLP(inputs)
+
+    def first_call() -> Any:
+        mlp.state, mlp.train_step = mlp.initial_state(), mlp.new_jit()
+        return mlp.step()
+
+    return first_call
+
+
+# --- PyTorch (eager) -------------------------------------------------------------------------------------
+
+def torch_matmul(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import torch
+    a, b = torch.from_numpy(inputs["a"]), torch.from_numpy(inputs["b"])
+    return lambda: a @ b
+
+
+def torch_gelu(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import torch
+    x = torch.from_numpy(inputs["x"])
+    return lambda: torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def torch_softmax(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import torch
+    x = torch.from_numpy(inputs["x"])
+    return lambda: torch.softmax(x, dim=-1)
+
+
+def torch_layernorm(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import torch
+    x, weight, bias = (torch.from_numpy(inputs[k]) for k in ("x", "weight", "bias"))
+    return lambda: torch.nn.functional.layer_norm(x, weight.shape, weight, bias, eps=LAYERNORM_EPS)
+
+
+def torch_dispatch(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import torch
+    x = torch.from_numpy(inputs["x"])
+    return lambda: x * 2 + 1
+
+
+def torch_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import torch
+    params = inputs["params"]
+    layers: list[torch.nn.Module] = []
+    for i in range(len(params) // 2):
+        linear = torch.nn.Linear(*params[2 * i].shape)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(params[2 * i].T.copy()))
+            linear.bias.copy_(torch.from_numpy(params[2 * i + 1]))
+        layers += [linear, torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
+    optimizer = torch.optim.Adam(model.parameters(), lr=ADAM["lr"], betas=(ADAM["b1"], ADAM["b2"]), eps=ADAM["eps"])
+    x, labels = torch.from_numpy(inputs["x"]), torch.from_numpy(inputs["labels"]).long()
+
+    def step() -> Any:
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def snapshot(loss: Any) -> list[Any]:
+        """[loss, params..., m...] in the functional layout (weights as (in, out))."""
+        linears = [layer for layer in model if isinstance(layer, torch.nn.Linear)]
+        as_ours = lambda w: w.detach().numpy().T if w.ndim == 2 else w.detach().numpy()
+        ps = [as_ours(p) for lin in linears for p in (lin.weight, lin.bias)]
+        ms = [as_ours(optimizer.state[p]["exp_avg"]) for lin in linears for p in (lin.weight, lin.bias)]
+        return [loss.numpy(), *ps, *ms]
+
+    return Prepared(step, snapshot)
+
+
+# --- tinygrad ------------------------------------------------------------------------------------------
+
+def tinygrad_matmul(inputs: dict[str, Any]) -> Callable[[], Any]:
+    from tinygrad import Tensor
+    a, b = Tensor(inputs["a"]).realize(), Tensor(inputs["b"]).realize()
+    return lambda: (a @ b).realize()
+
+
+def tinygrad_gelu(inputs: dict[str, Any]) -> Callable[[], Any]:
+    from tinygrad import Tensor
+    x = Tensor(inputs["x"]).realize()
+    return lambda: x.gelu().realize()
+
+
+def tinygrad_softmax(inputs: dict[str, Any]) -> Callable[[], Any]:
+    from tinygrad import Tensor
+    x = Tensor(inputs["x"]).realize()
+    return lambda: x.softmax(axis=-1).realize()
+
+
+def tinygrad_layernorm(inputs: dict[str, Any]) -> Callable[[], Any]:
+    from tinygrad import Tensor
+    x, weight, bias = (Tensor(inputs[k]).realize() for k in ("x", "weight", "bias"))
+    return lambda: (x.layernorm(axis=-1, eps=LAYERNORM_EPS) * weight + bias).realize()
+
+
+def tinygrad_dispatch(inputs: dict[str, Any]) -> Callable[[], Any]:
+    from tinygrad import Tensor, TinyJit
+    x = Tensor(inputs["x"]).realize()
+    run = TinyJit(lambda x: (x * 2 + 1).realize())
+    return lambda: run(x)
+
+
+def tinygrad_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
+    from tinygrad import Tensor, TinyJit, nn
+    params = inputs["params"]
+    linears = []
+    for i in range(len(params) // 2):
+        linear = nn.Linear(*params[2 * i].shape)
+        linear.weight, linear.bias = Tensor(params[2 * i].T.copy()), Tensor(params[2 * i + 1])
+        linears.append(linear)
+    weights = [t for lin in linears for t in (lin.weight, lin.bias)]
+    optimizer = nn.optim.Adam(weights, lr=ADAM["lr"], b1=ADAM["b1"], b2=ADAM["b2"], eps=ADAM["eps"])
+    x, labels = Tensor(inputs["x"]).realize(), Tensor(inputs["labels"]).realize()
+
+    def forward(x: Any) -> Any:
+        for lin in linears[:-1]:
+            x = lin(x).relu()
+        return linears[-1](x)
+
+    @TinyJit
+    def train_step(x: Any, labels: Any) -> Any:
+        with Tensor.train():
+            optimizer.zero_grad()
+            loss = forward(x).sparse_categorical_crossentropy(labels)
+            loss.backward()
+            optimizer.step()
+            return loss.realize()
+
+    def snapshot(loss: Any) -> list[Any]:
+        as_ours = lambda t: t.numpy().T if len(t.shape) == 2 else t.numpy()
+        return [loss.numpy(), *(as_ours(w) for w in weights), *(as_ours(m) for m in optimizer.m)]
+
+    return Prepared(lambda: train_step(x, labels), snapshot)
+
+
+# --- the registry ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A Compiler-issue target: funcgrad's time at most `factor` x the peer's, or (`higher_is_better`)
+    its rate at least `factor` x the peer's."""
+
+    peer: str
+    factor: float
+    higher_is_better: bool = False
+
+    def text(self) -> str:
+        return (f"GFLOP/s >= {self.factor:g}x {self.peer}" if self.higher_is_better
+                else f"time <= {self.factor:g}x {self.peer}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    size: Callable[[Sizes], str]
+    make_inputs: Callable[[Sizes], dict[str, Any]]
+    reference: Callable[[dict[str, Any]], Any]
+    prepare: dict[str, Callable[[dict[str, Any]], Any]]
+    unit: str = "ms"                     # "ms", "us/call", "GFLOP/s" or "s"
+    tolerance: tuple[float, float] = (2e-5, 1e-5)
+    compare: Callable[[Any, Any], tuple[bool, float]] | None = None
+    flops: Callable[[Sizes], float] | None = None
+    calls_per_repetition: Callable[[Sizes], int] = lambda sizes: 1
+    first_call_only: bool = False       # time the very first call, once, instead of repetitions
+    target: Target | None = None
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def matmul_workload(index: int, default_n: int) -> Workload:
+    prepares = {"funcgrad": funcgrad_matmul, "numpy": numpy_matmul, "jax": jax_matmul, "torch": torch_matmul,
+                "tinygrad": tinygrad_matmul}
+    return Workload(
+        f"matmul_{default_n}", lambda s: f"{s.matmul[index]}x{s.matmul[index]} @ same",
+        lambda s: matmul_inputs(s.matmul[index], s), matmul_reference, prepares,
+        unit="GFLOP/s", tolerance=(1e-4, 1e-3), flops=lambda s: 2.0 * s.matmul[index] ** 3,
+        target=Target("jax", 0.3, higher_is_better=True) if default_n == 1024 else None)
+
+
+def _by_framework(suffix: str) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    """{framework: its `<framework>_<suffix>` prepare function} for the frameworks that define one."""
+    return {name: globals()[f"{name}_{suffix}"] for name in FRAMEWORKS if f"{name}_{suffix}" in globals()}
+
+
+WORKLOADS: list[Workload] = [
+    matmul_workload(0, 512),
+    matmul_workload(1, 1024),
+    matmul_workload(2, 2048),
+    Workload("gelu", lambda s: f"{s.gelu} float32", gelu_inputs, gelu_reference, _by_framework("gelu"),
+             tolerance=(1e-5, 1e-5), target=Target("jax", 2.0),
+             notes={"torch": "F.gelu(approximate='tanh')", "tinygrad": "Tensor.gelu"}),
+    Workload("softmax", lambda s: "x".join(map(str, s.softmax)) + ", last axis", softmax_inputs, softmax_reference,
+             _by_framework("softmax"), tolerance=(1e-5, 1e-8), target=Target("jax", 1.5)),
+    Workload("layernorm", lambda s: "x".join(map(str, s.layernorm)) + ", last axis, affine", layernorm_inputs,
+             layernorm_reference, _by_framework("layernorm"), tolerance=(1e-4, 1e-4), target=Target("jax", 1.5)),
+    Workload("dispatch", lambda s: "jitted x*2+1 on (8,)", dispatch_inputs, dispatch_reference,
+             _by_framework("dispatch"), unit="us/call", calls_per_repetition=lambda s: s.dispatch_calls,
+             target=Target("jax", 4.0),
+             notes={"numpy": "plain x*2+1", "torch": "eager x*2+1", "tinygrad": "TinyJit"}),
+    # before mlp_step: the first call must find no kernel compiled yet, on disk or in memory
+    Workload("mlp_first_call", lambda s: "trace + compile + 1st step", mlp_inputs, mlp_reference,
+             _by_framework("mlp_first_call"), unit="s", compare=mlp_compare, first_call_only=True,
+             notes={"funcgrad": "fresh fg.jit, empty FUNCGRAD_CACHE", "jax": "fresh jax.jit",
+                    "numpy": "no compilation", "torch": "eager, no compilation", "tinygrad": "not measured"}),
+    Workload("mlp_step", lambda s: "-".join(map(str, s.mlp)) + f", batch {s.batch}, Adam", mlp_inputs,
+             mlp_reference, _by_framework("mlp_step"), compare=mlp_compare, target=Target("jax", 3.0),
+             notes={"funcgrad": "value_and_grad + Adam in one fg.jit", "jax": "value_and_grad + Adam in one jax.jit",
+                    "numpy": "hand-written backward", "torch": "nn.Linear + torch.optim.Adam",
+                    "tinygrad": "TinyJit step, nn.optim.Adam"}),
+]
+
+
+# --- running --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Result:
+    """One framework on one workload."""
+
+    status: str = "ok"                   # ok | wrong | error | >budget | n/a
+    ok: bool | None = None               # the first result matched the reference
+    max_error: float | None = None
+    first_call_s: float | None = None    # includes tracing and compilation
+    times_s: list[float] = dataclasses.field(default_factory=list)  # per call, one entry per repetition
+    note: str = ""
+    spent_s: float = 0.0
+
+    @property
+    def median_s(self) -> float | None:
+        return statistics.median(self.times_s) if self.times_s else None
+
+
+class Running:
+    """A framework's state while one workload is timed."""
+
+    def __init__(self, prepared: Prepared, result: Result) -> None:
+        self.prepared, self.result = prepared, result
+        self.last_call_s = 0.0
+
+    def call(self) -> Any:
+        start = time.perf_counter()
+        output = self.prepared.step()
+        self.last_call_s = time.perf_counter() - start
+        self.result.spent_s += self.last_call_s
+        return output
+
+
+def run_workload(workload: Workload, frameworks: Sequence[str], sizes: Sizes,
+                 gflops_seen: dict[str, float]) -> dict[str, Result]:
+    """Check, warm up and time every framework on one workload, interleaved per repetition."""
+    inputs = workload.make_inputs(sizes)
+    expected = workload.reference(inputs)
+    results: dict[str, Result] = {}
+    running: dict[str, Running] = {}
+    for name in frameworks:
+        if name not in workload.prepare:
+            results[name] = Result(status="n/a", note=workload.notes.get(name, "not implemented"))
+            continue
+        results[name] = result = Result(note=workload.notes.get(name, ""))
+        if workload.flops and name in gflops_seen:
+            estimate = workload.flops(sizes) / (gflops_seen[name] * 1e9)
+            if estimate > sizes.budget_s:
+                result.status, result.note = ">budget", f"one call estimated at {estimate:.0f} s from the last matmul"
+                continue
+        gc.collect()
+        try:
+            prepared = workload.prepare[name](inputs)
+            run = Running(prepared if isinstance(prepared, Prepared) else Prepared(prepared), result)
+            output = run.call()
+            result.first_call_s = run.last_call_s
+            actual = run.prepared.snapshot(output)
+        except Exception as error:  # noqa: BLE001 - a failing framework is reported, the others go on
+            result.status, result.note = "error", f"{type(error).__name__}: {_one_line(error)}"
+            continue
+        compare = workload.compare or partial(_compare_with_tolerance, workload.tolerance)
+        result.ok, result.max_error = compare(actual, expected)
+        if not result.ok:
+            result.status = "wrong"
+        if workload.first_call_only:
+            result.times_s.append(result.first_call_s)
+            continue
+        if result.first_call_s < 1.0:  # slower calls are not sensitive to a warm-up
+            for _ in range(workload.calls_per_repetition(sizes)):
+                run.call()
+        running[name] = run
+
+    calls = workload.calls_per_repetition(sizes)
+    for repetition in range(sizes.repetitions):
+        names = list(running)
+        if not names:
+            break
+        shift = repetition % len(names)
+        for name in names[shift:] + names[:shift]:  # rotate who goes first
+            run = running[name]
+            if run.result.times_s and run.result.spent_s + run.last_call_s * calls > sizes.budget_s:
+                run.result.note = _join(run.result.note, f"budget: {len(run.result.times_s)} repetitions")
+                del running[name]
+                continue
+            start = time.perf_counter()
+            try:
+                for _ in range(calls):
+                    run.prepared.step()
+            except Exception as error:  # noqa: BLE001
+                run.result.status, run.result.note = "error", f"{type(error).__name__}: {_one_line(error)}"
+                del running[name]
+                continue
+            elapsed = time.perf_counter() - start
+            run.last_call_s = elapsed / calls
+            run.result.spent_s += elapsed
+            run.result.times_s.append(elapsed / calls)
+
+    for name, result in results.items():
+        if result.status in ("ok", "wrong") and not result.times_s:
+            result.status = ">budget"
+        if workload.flops and result.median_s:
+            gflops_seen[name] = workload.flops(sizes) / result.median_s / 1e9
+    return results
+
+
+def _compare_with_tolerance(tolerance: tuple[float, float], actual: Any, expected: Any) -> tuple[bool, float]:
+    return allclose(actual, expected, *tolerance)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+# --- reporting ------------------------------------------------------------------------------------------
+
+def display_value(workload: Workload, sizes: Sizes, seconds: float) -> float:
+    """A per-call time in the workload's unit."""
+    if workload.unit == "GFLOP/s":
+        assert workload.flops is not None
+        return workload.flops(sizes) / seconds / 1e9
+    return seconds * {"ms": 1e3, "us/call": 1e6, "s": 1.0}[workload.unit]
+
+
+def ratios(results: dict[str, Result]) -> dict[str, float | None]:
+    """funcgrad's median time / each peer's (above 1: funcgrad is slower)."""
+    mine = results["funcgrad"].median_s if "funcgrad" in results else None
+    out: dict[str, float | None] = {}
+    for peer, result in results.items():
+        if peer != "funcgrad":
+            out[peer] = mine / result.median_s if mine and result.median_s else None
+    return out
+
+
+def target_verdict(workload: Workload, results: dict[str, Result]) -> tuple[bool | None, str]:
+    """(met, measured as the issue words it) for the workload's target."""
+    target = workload.target
+    assert target is not None
+    mine, peer = results.get("funcgrad"), results.get(target.peer)
+    if peer is None or peer.median_s is None:
+        return None, f"n/a: no {target.peer} measurement"
+    if mine is None or mine.status in ("error", "n/a"):
+        return False, f"funcgrad {mine.status if mine else 'not run'}"
+    if mine.median_s is None:
+        return False, "funcgrad over its time budget"
+    time_ratio = mine.median_s / peer.median_s
+    if target.higher_is_better:
+        met, measured = 1 / time_ratio >= target.factor, f"{1 / time_ratio:.3g}x"
+    else:
+        met, measured = time_ratio <= target.factor, f"{time_ratio:.3g}x"
+    if mine.ok is False:
+        return False, measured + " (wrong result)"
+    return met, measured
+
+
+def _cell(workload: Workload, sizes: Sizes, result: Result | None) -> str:
+    if result is None:
+        return "-"
+    if result.status in ("error", "n/a", ">budget") or result.median_s is None:
+        return {"error": "ERROR", "n/a": "n/a", ">budget": ">budget"}.get(result.status, result.status)
+    value = display_value(workload, sizes, result.median_s)
+    text = f"{value:.4g}" if value < 1e5 else f"{value:.0f}"
+    return text + ("!" if result.ok is False else "")
+
+
+def format_report(rows: list[tuple[Workload, dict[str, Result]]], frameworks: Sequence[str], sizes: Sizes) -> str:
+    peers = [f for f in frameworks if f != "funcgrad"]
+    header = ["workload", "size", "unit", *frameworks, *(f"fg/{p}" for p in peers), "fg ok"]
+    table = [header]
+    for workload, results in rows:
+        rs = ratios(results)
+        fg = results.get("funcgrad")
+        table.append([
+            workload.name, workload.size(sizes), workload.unit,
+            *(_cell(workload, sizes, results.get(f)) for f in frameworks),
+            *(f"{rs[p]:.3g}" if rs.get(p) else "-" for p in peers),
+            "-" if fg is None or fg.ok is None else ("yes" if fg.ok else "NO"),
+        ])
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) if i < 3 else cell.rjust(width) for i, (cell, width) in
+                       enumerate(zip(row, widths))) for row in table]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.append("values: median over repetitions after warm-up (GFLOP/s: higher is better); fg/peer: funcgrad's "
+                 "time / the peer's (above 1: funcgrad slower); '!' marks a wrong result.")
+
+    lines += ["", "Compiler issue targets (funcgrad vs JAX, side by side):"]
+    for workload, results in rows:
+        if workload.target:
+            met, measured = target_verdict(workload, results)
+            verdict = "n/a" if met is None else ("met" if met else "NOT MET")
+            lines.append(f"  {workload.name:<12} {workload.target.text():<22} measured {measured:<26} {verdict}")
+
+    notes = []
+    for workload, results in rows:
+        for name, result in results.items():
+            if result.note and result.status != "n/a" or result.status in ("error", "wrong"):
+                notes.append(f"  {workload.name} / {name}: {result.status}; {result.note}".rstrip("; "))
+    if notes:
+        lines += ["", "Notes:", *notes]
+    return "\n".join(lines)
+
+
+def to_json(rows: list[tuple[Workload, dict[str, Result]]], sizes: Sizes, meta: dict[str, Any]) -> dict[str, Any]:
+    workloads = []
+    for workload, results in rows:
+        entry: dict[str, Any] = {
+            "name": workload.name, "size": workload.size(sizes), "unit": workload.unit,
+            "ok": results["funcgrad"].ok if "funcgrad" in results else None,
+            "results": {}, "ratio_funcgrad_time_to": ratios(results),
+        }
+        for name, result in results.items():
+            record = dataclasses.asdict(result)
+            record["median_s"] = result.median_s
+            record["value"] = display_value(workload, sizes, result.median_s) if result.median_s else None
+            entry["results"][name] = record
+        if workload.target:
+            met, measured = target_verdict(workload, results)
+            entry["target"] = {"text": workload.target.text(), "measured": measured, "met": met}
+        workloads.append(entry)
+    return {"meta": meta, "workloads": workloads}
+
+
+# --- main -----------------------------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, few repetitions (a smoke test)")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
+    parser.add_argument("--only", default="", help="comma-separated workload names: " +
+                        ",".join(w.name for w in WORKLOADS))
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                        help="comma-separated frameworks to run (funcgrad always runs)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    selected = [w for w in WORKLOADS if not args.only or w.name in args.only.split(",")]
+    unknown = set(filter(None, args.only.split(","))) - {w.name for w in WORKLOADS}
+    if unknown:
+        sys.exit(f"unknown workload(s) {sorted(unknown)}; choose from {[w.name for w in WORKLOADS]}")
+    wanted = ["funcgrad", *(f for f in args.frameworks.split(",") if f in PEERS)]
+
+    cache = tempfile.mkdtemp(prefix="funcgrad-bench-cache-")
+    os.environ["FUNCGRAD_CACHE"] = cache  # before funcgrad is imported: a first call compiles everything
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    sys.path.insert(0, str(REPO_ROOT))  # this checkout's funcgrad, not an installed copy
+    started = time.perf_counter()
+    try:
+        versions, missing = available_frameworks(wanted)
+        if "funcgrad" not in versions:
+            sys.exit(f"funcgrad cannot be imported: {missing.get('funcgrad')}")
+        frameworks = [f for f in FRAMEWORKS if f in versions]
+        import funcgrad
+        meta = {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick, "python": platform.python_version(),
+            "machine": platform.machine(), "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count(), "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "funcgrad_path": funcgrad.__file__,
+            "funcgrad_cache": "fresh temporary folder", "versions": versions, "unavailable": missing,
+            "repetitions": sizes.repetitions, "budget_s": sizes.budget_s,
+        }
+        print(f"funcgrad {versions['funcgrad']} from {Path(funcgrad.__file__).parent}")
+        print("peers: " + ", ".join(f"{k} {v}" for k, v in versions.items() if k != "funcgrad"))
+        for name, why in missing.items():
+            print(f"skipped {name}: {why}")
+        print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(not set)')}; {meta['cpus']} CPUs; "
+              f"load average {meta['load_average']}; {sizes.repetitions} repetitions, "
+              f"budget {sizes.budget_s:g} s per framework per workload{'; QUICK sizes' if args.quick else ''}")
+        sys.stdout.flush()
+
+        rows: list[tuple[Workload, dict[str, Result]]] = []
+        gflops_seen: dict[str, float] = {}
+        for workload in selected:
+            workload_start = time.perf_counter()
+            rows.append((workload, run_workload(workload, frameworks, sizes, gflops_seen)))
+            print(f"  {workload.name}: {time.perf_counter() - workload_start:.1f} s", file=sys.stderr, flush=True)
+        meta["total_s"] = round(time.perf_counter() - started, 1)
+        print()
+        print(format_report(rows, frameworks, sizes))
+        print(f"\ntotal {meta['total_s']} s; results in {args.json}")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(to_json(rows, sizes, meta), indent=1, default=_json_default) + "\n")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return 0
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer, np.bool_)):
+        return value.item()
+    return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
