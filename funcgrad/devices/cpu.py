@@ -36,6 +36,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
+from funcgrad.debug import debug_level
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.render_llvm import external_symbols, llvm_function_name, render_llvm
 
@@ -58,13 +59,6 @@ _MAGIC = b"FGOBJ01\n"
 class KernelCompileError(RuntimeError):
     """A kernel could not be rendered or compiled; the message names the kernel (and shows its
     LLVM source when DEBUG >= 4)."""
-
-
-def debug_level() -> int:
-    try:
-        return int(os.environ.get("DEBUG", "0") or 0)
-    except ValueError:
-        return 0
 
 
 # --- the LLVM target --------------------------------------------------------------------------------

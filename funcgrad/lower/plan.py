@@ -9,7 +9,6 @@ reuses the compiled kernels.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import OrderedDict
@@ -19,6 +18,7 @@ from typing import Protocol
 import attrs
 import numpy as np
 
+from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Literal
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
@@ -44,13 +44,6 @@ class ReferenceDevice:
             for out, value in zip(outputs, evaluate_kernel(kernel, inputs)):
                 out[...] = value
         return run
-
-
-def debug_level() -> int:
-    try:
-        return int(os.environ.get("DEBUG", "0") or 0)
-    except ValueError:
-        return 0
 
 
 @attrs.frozen

@@ -24,9 +24,10 @@ from funcgrad.ir.simplify import dce
 from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import leaf_aval, trace_flat
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
+from funcgrad.transforms.jit import call_batch_rule, call_transpose_rule
 from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
-from funcgrad.transforms.transpose import is_undefined, transpose_ir, transpose_rules
+from funcgrad.transforms.transpose import transpose_rules
 
 
 def _as_tensor(value: Any) -> Tensor:
@@ -280,25 +281,10 @@ def _checkpoint_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eq
     return [known_eqn], [unknown_eqn], out_unknown
 
 
-def _checkpoint_transpose(cts: list[Any], *operands: Any, ir: IR, name: str) -> list[Any]:
-    linear = [is_undefined(op) for op in operands]
-    transposed = transpose_ir(ir, linear)
-    values = [op for op in operands if not is_undefined(op)]
-    cts = [instantiate(ct, a) for ct, a in zip(cts, ir.out_avals)]
-    results = iter(bind(checkpoint_p, *transposed.consts, *values, *cts, ir=open_ir(transposed),
-                        name=f"transpose({name})"))
-    return [next(results) if lin else None for lin in linear]
-
-
-def _checkpoint_batch(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, name: str) -> tuple[Any, Any]:
-    batched, out_dims = vmap_ir(ir, dims, axis_size)
-    return list(bind(checkpoint_p, *batched.consts, *args, ir=open_ir(batched), name=name)), out_dims
-
-
 jvp_rules[checkpoint_p] = _checkpoint_jvp
 pe_rules[checkpoint_p] = _checkpoint_partial_eval
-transpose_rules[checkpoint_p] = _checkpoint_transpose
-batch_rules[checkpoint_p] = _checkpoint_batch
+transpose_rules[checkpoint_p] = call_transpose_rule(checkpoint_p)
+batch_rules[checkpoint_p] = call_batch_rule(checkpoint_p)
 
 
 # --- eval_shape ---------------------------------------------------------------------------------

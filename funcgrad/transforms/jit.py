@@ -12,12 +12,12 @@ below transform the sub-IR (jvp, partial evaluation, transposition, batching).
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from funcgrad import tree
+from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.higher_order import jit_p, open_ir
 from funcgrad.ir.simplify import simplify
@@ -27,13 +27,6 @@ from funcgrad.transforms.batching import batch_rules, vmap_ir
 from funcgrad.transforms.jvp import instantiate, jvp_ir, jvp_rules
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
 from funcgrad.transforms.transpose import is_undefined, transpose_ir, transpose_rules
-
-
-def _debug_level() -> int:
-    try:
-        return int(os.environ.get("DEBUG", "0") or 0)
-    except ValueError:
-        return 0
 
 
 class Jitted:
@@ -125,7 +118,7 @@ class Jitted:
     def _explain_retrace(self, key: Any, leaf_names: list[str]) -> None:
         previous = self._last_key
         self._last_key = key
-        if previous is None or _debug_level() < 1:
+        if previous is None or debug_level() < 1:
             return
         reason = "the argument structure changed"
         if previous[0] == key[0]:
@@ -231,23 +224,28 @@ def _jit_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eqn], lis
 pe_rules[jit_p] = _jit_partial_eval
 
 
-def _jit_transpose(cts: list[Any], *operands: Any, ir: IR, name: str) -> list[Any]:
-    linear = [is_undefined(op) for op in operands]
-    transposed = transpose_ir(ir, linear)
-    values = [op for op in operands if not is_undefined(op)]
-    cts = [instantiate(ct, aval) for ct, aval in zip(cts, ir.out_avals)]
-    results = iter(bind(jit_p, *transposed.consts, *values, *cts, ir=open_ir(transposed),
-                        name=f"transpose({name})"))
-    return [next(results) if lin else None for lin in linear]
+def call_transpose_rule(primitive: Any) -> Any:
+    """The transpose rule of a primitive that calls its sub-IR ``ir`` (jit, checkpoint): transpose
+    the sub-IR and call that."""
+    def rule(cts: list[Any], *operands: Any, ir: IR, name: str) -> list[Any]:
+        linear = [is_undefined(op) for op in operands]
+        transposed = transpose_ir(ir, linear)
+        values = [op for op in operands if not is_undefined(op)]
+        cts = [instantiate(ct, aval) for ct, aval in zip(cts, ir.out_avals)]
+        results = iter(bind(primitive, *transposed.consts, *values, *cts, ir=open_ir(transposed),
+                            name=f"transpose({name})"))
+        return [next(results) if lin else None for lin in linear]
+    return rule
 
 
-transpose_rules[jit_p] = _jit_transpose
+def call_batch_rule(primitive: Any) -> Any:
+    """The batching rule of a primitive that calls its sub-IR ``ir``: batch the sub-IR, call that."""
+    def rule(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, name: str) -> tuple[Any, Any]:
+        batched, out_dims = vmap_ir(ir, dims, axis_size)
+        outs = bind(primitive, *batched.consts, *args, ir=open_ir(batched), name=f"vmap({name})")
+        return list(outs), out_dims
+    return rule
 
 
-def _jit_batch(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, name: str) -> tuple[Any, Any]:
-    batched, out_dims = vmap_ir(ir, dims, axis_size)
-    outs = bind(jit_p, *batched.consts, *args, ir=open_ir(batched), name=f"vmap({name})")
-    return list(outs), out_dims
-
-
-batch_rules[jit_p] = _jit_batch
+transpose_rules[jit_p] = call_transpose_rule(jit_p)
+batch_rules[jit_p] = call_batch_rule(jit_p)
