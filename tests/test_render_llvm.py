@@ -576,3 +576,24 @@ def test_rendered_source_is_plain_llvm_with_wide_vectors() -> None:
     source = render_llvm(small_kernel("shown"))
     assert "define void @shown(ptr noalias %out0, ptr noalias %in0, i64 %start, i64 %end)" in source
     assert '"prefer-vector-width"="512"' in source and "declare float @llvm.exp.f32(float)" in source
+
+
+def test_matrix_products_use_the_reduce_outer_loop_order_and_stay_exact_enough():
+    """A matmul-shaped reduction runs its reduction outside the last output loop (i-k-j), and
+    row sums (contiguous along the reduction) keep the plain order; both match the reference."""
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    from funcgrad.lower.render_llvm import reduce_outer
+    from funcgrad.lower.schedule import KernelStep, schedule
+
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(24, 40)).astype(np.float32), rng.normal(size=(40, 32)).astype(np.float32)
+    for fn, expected_order in ((lambda x, y: fnp.maximum(x @ y + 1.0, 0.0), True),
+                               (lambda x, y: (x * 2).sum(axis=1), False)):
+        ir = fg.make_ir(fn)(a, b)
+        (step,) = [s for s in schedule(ir) if isinstance(s, KernelStep)]
+        assert reduce_outer(step.kernel) is expected_order
+        outputs = [np.empty(av.shape, av.dtype) for av in step.kernel.out_avals]
+        CPUDevice().compile(step.kernel)([a, b][:len(step.kernel.in_avals)], outputs)
+        reference = evaluate_kernel(step.kernel, [a, b][:len(step.kernel.in_avals)])
+        np.testing.assert_allclose(outputs[0], reference[0], rtol=1e-5, atol=1e-5)

@@ -305,6 +305,7 @@ class _FunctionBuilder:
         self.helpers: dict[str, str] = {}
         self.cache: dict[KExpr, str] = {}
         self.acc_value: str | None = None
+        self.var_names: dict[str, str] = {}  # a loop variable rendered under another loop's name
 
     def fresh(self) -> str:
         self.counter += 1
@@ -333,7 +334,7 @@ class _FunctionBuilder:
         if e.op == "const":
             return render_const(e.arg, e.dtype)
         if e.op == "var":
-            return f"%{e.arg}"
+            return f"%{self.var_names.get(e.arg, e.arg)}"
         if e.op == "acc":
             if self.acc_value is None:
                 raise ValueError("acc is read outside the epilogue of a reduction")
@@ -467,6 +468,10 @@ def render_llvm(kernel: Kernel) -> str:
         acc_compute = FLOAT32 if op_class(acc_dtype) == "h" else np.dtype(acc_dtype)
         builder.emit(f"%acc.addr = alloca {value_type(acc_compute)}")
 
+    if acc_compute is not None and reduce_outer(kernel):
+        _render_reduce_outer(builder, kernel, global_vars, reduce_vars, acc_compute)
+        return _module(kernel, builder)
+
     for depth, (name, size) in enumerate(zip(global_vars, kernel.shape)):
         builder.open_loop(name, "%start" if depth == 0 else "0", "%end" if depth == 0 else str(size))
 
@@ -492,6 +497,13 @@ def render_llvm(kernel: Kernel) -> str:
         final = builder.instantiate("{out} = load {t}, ptr %acc.addr", t=value_type(acc_compute))
         builder.acc_value = builder.narrow_from_float(final, acc_dtype) if op_class(acc_dtype) == "h" else final
 
+    _store_outputs(builder, kernel, global_vars)
+    for name in reversed(global_vars):
+        builder.close_loop(name)
+    return _module(kernel, builder)
+
+
+def _store_outputs(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[str]) -> None:
     position = builder.value(flat_index([var(name) for name in global_vars], kernel.shape)) \
         if kernel.shape else "0"
     for number, (expr, aval) in enumerate(zip(kernel.outputs, kernel.out_avals)):
@@ -504,8 +516,100 @@ def render_llvm(kernel: Kernel) -> str:
                                       t=memory_type(aval.dtype), n=number, i=position)
         builder.emit(f"store {memory_type(aval.dtype)} {value}, ptr {pointer}")
 
-    for name in reversed(global_vars):
+
+MAX_ROW = 1 << 14  # the reduce-outer order keeps one output row of accumulators on the stack
+
+
+def _loads(e: KExpr, found: list[KExpr], seen: set[int]) -> list[KExpr]:
+    if id(e) in seen:
+        return found
+    seen.add(id(e))
+    if e.op == "load":
+        found.append(e)
+    for a in e.args:
+        _loads(a, found, seen)
+    return found
+
+
+def reduce_outer(kernel: Kernel) -> bool:
+    """Should the reduction run outside the innermost output loop? That is the i-k-j order of a
+    matrix product: when an operand is contiguous along the last output axis, and every operand
+    contiguous along the reduction does not move with that axis (it is loop-invariant there), the
+    inner loop walks memory with stride 1 and vectorizes."""
+    if kernel.reduce_expr is None or not kernel.shape or not kernel.reduce_shape:
+        return False
+    if not 16 <= kernel.shape[-1] <= MAX_ROW:
+        return False
+    from funcgrad.lower.kernel import _affine
+    last_global, last_reduce = var(f"g{len(kernel.shape) - 1}"), var(f"r{len(kernel.reduce_shape) - 1}")
+    strides = [(_affine(load.args[0]) or {}) for load in _loads(kernel.reduce_expr, [], set())]
+    along_output = any(terms.get(last_global) == 1 for terms in strides)
+    conflicting = any(terms.get(last_reduce) == 1 and terms.get(last_global) for terms in strides)
+    return along_output and not conflicting
+
+
+def _render_reduce_outer(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[str], reduce_vars: list[str],
+                         acc_compute: np.dtype) -> None:
+    """Loops: outer output axes; then, per output row, (1) set a stack row of accumulators to the
+    identity, (2) run the reduction loops with the last output axis innermost, (3) apply the
+    epilogue and store the row. Splits over %start..%end like the plain order."""
+    acc_dtype = kernel.reduce_expr.dtype if kernel.reduce_expr is not None else acc_compute
+    last, size = global_vars[-1], kernel.shape[-1]
+    acc_type = value_type(acc_compute)
+    builder.emit(f"%row = alloca [{size} x {acc_type}]")
+    for phase in ("init", "acc", "out"):
+        builder.emit(f"%{last}.{phase}.addr = alloca i64")
+    outer = global_vars[:-1]
+    for depth, (name, extent) in enumerate(zip(outer, kernel.shape)):
+        builder.open_loop(name, "%start" if depth == 0 else "0", "%end" if depth == 0 else str(extent))
+    low, high = ("0", str(size)) if outer else ("%start", "%end")
+    empty = int(np.prod(kernel.reduce_shape)) == 0
+    identity = render_const(reduce_identity(kernel.reduce_op or "", acc_compute, empty), acc_compute)
+
+    def row_slot(loop: str) -> str:
+        return builder.instantiate("{out} = getelementptr inbounds [" + str(size) + " x {t}], ptr %row, i64 0, i64 {i}",
+                                   t=acc_type, i=f"%{loop}")
+
+    builder.open_loop(f"{last}.init", low, high)
+    builder.emit(f"store {acc_type} {identity}, ptr {row_slot(last + '.init')}")
+    builder.close_loop(f"{last}.init")
+
+    saved = dict(builder.cache)
+    for name, extent in zip(reduce_vars, kernel.reduce_shape):
+        builder.open_loop(name, "0", str(extent))
+    builder.open_loop(f"{last}.acc", low, high)
+    builder.var_names[last] = f"{last}.acc"
+    assert kernel.reduce_expr is not None
+    value = builder.value(kernel.reduce_expr)
+    if op_class(acc_dtype) == "h":
+        value = builder.extend_to_float(value, acc_dtype)
+    slot = row_slot(last + ".acc")
+    old = builder.instantiate("{out} = load {t}, ptr {p}", t=acc_type, p=slot)
+    alu = (BOOL_REDUCE_ALU if op_class(acc_compute) == "b" else REDUCE_ALU)[kernel.reduce_op or ""]
+    if op_class(acc_compute) == "f" and alu in REASSOCIATE:
+        new = builder.instantiate(REASSOCIATE[alu], t=acc_type, x=old, y=value)
+    else:
+        new = builder.alu(alu, [old, value], acc_compute)
+    builder.emit(f"store {acc_type} {new}, ptr {slot}")
+    builder.close_loop(f"{last}.acc")
+    for name in reversed(reduce_vars):
         builder.close_loop(name)
+    builder.cache = dict(saved)
+
+    builder.open_loop(f"{last}.out", low, high)
+    builder.var_names[last] = f"{last}.out"
+    final = builder.instantiate("{out} = load {t}, ptr {p}", t=acc_type, p=row_slot(last + ".out"))
+    builder.acc_value = builder.narrow_from_float(final, acc_dtype) if op_class(acc_dtype) == "h" else final
+    _store_outputs(builder, kernel, global_vars)
+    builder.close_loop(f"{last}.out")
+    builder.cache = dict(saved)
+    builder.acc_value = None
+    del builder.var_names[last]
+    for name in reversed(outer):
+        builder.close_loop(name)
+
+
+def _module(kernel: Kernel, builder: _FunctionBuilder) -> str:
     builder.emit("ret void")
 
     parameters = [f"ptr noalias %out{i}" for i in range(len(kernel.outputs))]
