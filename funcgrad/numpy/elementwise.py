@@ -358,7 +358,19 @@ def pow(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:  # noqa: A001 - the Array AP
     (except for bases 1 and -1), as XLA defines it. bool operands count as int32, as in JAX."""
     if dtypes.is_bool(result_type(x1, x2)):
         x1, x2 = astype(x1, dtypes.default_int), astype(x2, dtypes.default_int)
+    if (isinstance(x2, int) and not isinstance(x2, bool) and 1 <= x2 <= 4
+            and dtypes.is_float(result_type(x1, x2))):
+        return _integer_power(asarray(x1), x2)
     return apply_elementwise(P.pow_p, x1, x2)
+
+
+def _integer_power(x: Tensor, exponent: int) -> Tensor:
+    """``x ** n`` for a small Python int n as repeated multiplication (JAX's integer_pow): exact
+    rounding per step, cheap to vectorize, and simple derivatives."""
+    result = x
+    for _ in range(exponent - 1):
+        result = multiply(result, x)
+    return result
 
 
 power = pow
