@@ -546,7 +546,7 @@ def _along_axis_index(arr: Tensor, indices: ArrayLike, axis: int | None,
     return arr, tuple(positions)
 
 
-def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None, /) -> Tensor:
+def take_along_axis(arr: ArrayLike, indices: ArrayLike, /, axis: int | None) -> Tensor:
     """Pick ``arr`` values along ``axis`` at ``indices`` (same rank as ``arr``; other axes
     broadcast), as ``np.take_along_axis``; out-of-range indices clamp.
 
