@@ -29,6 +29,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,12 +38,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+# Before NumPy loads OpenBLAS: its idle threads otherwise spin for ~0.1 s after each call, taking a
+# core from whichever framework runs next in this process (measured here: JAX's and PyTorch's matmul
+# at half speed right after NumPy's). NumPy's own speed is unchanged. A value set by the caller stays.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import numpy as np  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ("funcgrad", "numpy", "jax", "torch", "tinygrad")
 PEERS = FRAMEWORKS[1:]
 DEFAULT_JSON = REPO_ROOT / "benchmarks" / "latest.json"
+SETTLE_BELOW_S = 0.5  # repetitions cheaper than this are preceded by an untimed one (see Running.settles)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,11 +60,11 @@ class Sizes:
     gelu: int = 1 << 24
     softmax: tuple[int, int] = (4096, 4096)
     layernorm: tuple[int, int] = (8192, 1024)
-    dispatch_calls: int = 200         # calls per repetition of the dispatch workload
+    dispatch_calls: int = 500         # calls per repetition of the dispatch workload
     mlp: tuple[int, ...] = (784, 512, 512, 10)
     batch: int = 256
-    repetitions: int = 7
-    budget_s: float = 12.0            # time one framework may spend on one workload
+    repetitions: int = 11
+    budget_s: float = 30.0            # time one framework may spend on one workload
 
 
 FULL = Sizes()
@@ -112,14 +119,6 @@ class Prepared:
 
     step: Callable[[], Any]
     snapshot: Callable[[Any], Any] = to_numpy
-
-
-def funcgrad_realize_all(outputs: Sequence[Any]) -> None:
-    """Realize several funcgrad Tensors with one lowering. Tensor.realize() realizes one output at a
-    time, and each such call reruns the jit call's plan pruned to that output, so a train step
-    returning 13 arrays would run 13 times; funcgrad has no public way to realize a tuple yet."""
-    from funcgrad.lazy import realize
-    realize([t._data for t in outputs])
 
 
 # --- shared math: one definition, written against a NumPy-like namespace `xp` -----------------------------
@@ -215,7 +214,7 @@ def _rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
-def matmul_inputs(n: int, sizes: Sizes) -> dict[str, Any]:
+def matmul_inputs(n: int) -> dict[str, Any]:
     rng = _rng()
     return {"a": rng.standard_normal((n, n), dtype=np.float32), "b": rng.standard_normal((n, n), dtype=np.float32)}
 
@@ -375,7 +374,8 @@ class FuncgradMLP:
     def step(self) -> Any:
         x, onehot = self.fnp.asarray(self.inputs["x"]), self.fnp.asarray(self.inputs["onehot"])
         params, m, v, count, loss = self.train_step(*self.state, x, onehot)
-        funcgrad_realize_all([*params, *m, *v, count, loss])
+        for output in (*params, *m, *v, count, loss):  # the first realizes all outputs of the call
+            output.realize()
         self.state = (params, m, v, count)
         return [loss, *params, *m]
 
@@ -420,11 +420,12 @@ def numpy_dispatch(inputs: dict[str, Any]) -> Callable[[], Any]:
 
 def numpy_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
     params = list(inputs["params"])
-    state: list[Any] = [params, [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params], 0.0]
+    state = (params, [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params], 0.0)
 
     def step() -> Any:
+        nonlocal state
         params, m, v, count, loss = numpy_train_step(*state, inputs["x"], inputs["onehot"])
-        state[:] = [params, m, v, count]
+        state = (params, m, v, count)
         return [loss, *params, *m]
 
     return step
@@ -542,7 +543,7 @@ def torch_dispatch(inputs: dict[str, Any]) -> Callable[[], Any]:
     return lambda: x * 2 + 1
 
 
-def torch_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
+def torch_mlp_step(inputs: dict[str, Any]) -> Prepared:
     import torch
     params = inputs["params"]
     layers: list[torch.nn.Module] = []
@@ -607,16 +608,17 @@ def tinygrad_dispatch(inputs: dict[str, Any]) -> Callable[[], Any]:
     return lambda: run(x)
 
 
-def tinygrad_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
+def tinygrad_mlp_step(inputs: dict[str, Any]) -> Prepared:
     from tinygrad import Tensor, TinyJit, nn
+    from tinygrad.helpers import Context
     params = inputs["params"]
     linears = []
     for i in range(len(params) // 2):
         linear = nn.Linear(*params[2 * i].shape)
         linear.weight, linear.bias = Tensor(params[2 * i].T.copy()), Tensor(params[2 * i + 1])
         linears.append(linear)
-    weights = [t for lin in linears for t in (lin.weight, lin.bias)]
-    optimizer = nn.optim.Adam(weights, lr=ADAM["lr"], b1=ADAM["b1"], b2=ADAM["b2"], eps=ADAM["eps"])
+    weights: list[Any] = [t for lin in linears for t in (lin.weight, lin.bias)]
+    optimizer = nn.optim.Adam(weights, lr=ADAM["lr"], b1=ADAM["b1"], b2=ADAM["b2"], eps=ADAM["eps"], fused=False)
     x, labels = Tensor(inputs["x"]).realize(), Tensor(inputs["labels"]).realize()
 
     def forward(x: Any) -> Any:
@@ -626,12 +628,11 @@ def tinygrad_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
 
     @TinyJit
     def train_step(x: Any, labels: Any) -> Any:
-        with Tensor.train():
+        with Context(TRAINING=1):
             optimizer.zero_grad()
             loss = forward(x).sparse_categorical_crossentropy(labels)
             loss.backward()
-            optimizer.step()
-            return loss.realize()
+            return loss.realize(*optimizer.schedule_step())  # together: the loss of the old weights
 
     def snapshot(loss: Any) -> list[Any]:
         as_ours = lambda t: t.numpy().T if len(t.shape) == 2 else t.numpy()
@@ -658,6 +659,8 @@ class Target:
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
+    """One row of the table: how to make its inputs and reference, and each framework's prepare."""
+
     name: str
     size: Callable[[Sizes], str]
     make_inputs: Callable[[Sizes], dict[str, Any]]
@@ -674,11 +677,10 @@ class Workload:
 
 
 def matmul_workload(index: int, default_n: int) -> Workload:
-    prepares = {"funcgrad": funcgrad_matmul, "numpy": numpy_matmul, "jax": jax_matmul, "torch": torch_matmul,
-                "tinygrad": tinygrad_matmul}
+    """The matmul of `sizes.matmul[index]` (named by its size in a full run)."""
     return Workload(
         f"matmul_{default_n}", lambda s: f"{s.matmul[index]}x{s.matmul[index]} @ same",
-        lambda s: matmul_inputs(s.matmul[index], s), matmul_reference, prepares,
+        lambda s: matmul_inputs(s.matmul[index]), matmul_reference, _by_framework("matmul"),
         unit="GFLOP/s", tolerance=(1e-4, 1e-3), flops=lambda s: 2.0 * s.matmul[index] ** 3,
         target=Target("jax", 0.3, higher_is_better=True) if default_n == 1024 else None)
 
@@ -736,87 +738,110 @@ class Result:
 
 
 class Running:
-    """A framework's state while one workload is timed."""
+    """A framework's prepared workload while it is timed; its time counts against the budget."""
 
-    def __init__(self, prepared: Prepared, result: Result) -> None:
-        self.prepared, self.result = prepared, result
+    def __init__(self, prepared: Prepared, result: Result, calls: int) -> None:
+        self.prepared, self.result, self.calls = prepared, result, calls
         self.last_call_s = 0.0
 
-    def call(self) -> Any:
+    def run(self, calls: int) -> Any:
+        """Run the step `calls` times; returns the last output."""
         start = time.perf_counter()
-        output = self.prepared.step()
-        self.last_call_s = time.perf_counter() - start
-        self.result.spent_s += self.last_call_s
+        for _ in range(calls):
+            output = self.prepared.step()
+        elapsed = time.perf_counter() - start
+        self.last_call_s = elapsed / calls
+        self.result.spent_s += elapsed
         return output
+
+    def affords_repetition(self, budget_s: float) -> bool:
+        return self.result.spent_s + self.last_call_s * self.calls * (2 if self.settles() else 1) <= budget_s
+
+    def settles(self) -> bool:
+        """Whether a turn starts with an untimed repetition: for cheap calls, the previous framework's
+        threads may still be spinning (PyTorch's OpenMP threads do) and this one's may be asleep."""
+        return self.last_call_s * self.calls < SETTLE_BELOW_S
+
+
+def start_framework(workload: Workload, name: str, inputs: dict[str, Any], expected: Any, sizes: Sizes,
+                    gflops_seen: dict[str, float]) -> tuple[Result, Running | None]:
+    """Prepare one framework, run it once and check the result against the reference, then warm it
+    up. Returns its Result and, when it is ready to be timed, its Running."""
+    if name not in workload.prepare:
+        return Result(status="n/a", note=workload.notes.get(name, "not implemented")), None
+    result = Result(note=workload.notes.get(name, ""))
+    if workload.flops and name in gflops_seen:  # a matmul too slow for its budget is not waited for
+        estimate = workload.flops(sizes) / (gflops_seen[name] * 1e9)
+        if 2 * estimate > sizes.budget_s:  # the checked first call and one repetition
+            result.status = ">budget"
+            result.note = f"one call estimated at {estimate:.0f} s from the previous matmul's GFLOP/s"
+            return result, None
+    try:
+        prepared = workload.prepare[name](inputs)
+        running = Running(prepared if isinstance(prepared, Prepared) else Prepared(prepared), result,
+                          workload.calls_per_repetition(sizes))
+        output = running.run(1)
+        result.first_call_s = running.last_call_s
+        compare = workload.compare or partial(_compare_with_tolerance, workload.tolerance)
+        result.ok, result.max_error = compare(running.prepared.snapshot(output), expected)
+    except Exception as error:  # noqa: BLE001 - a failing framework is reported, the others go on
+        result.status, result.note = "error", f"{type(error).__name__}: {_one_line(error)}"
+        return result, None
+    if not result.ok:
+        result.status = "wrong"
+    if workload.first_call_only:
+        result.times_s.append(result.first_call_s)
+        return result, None
+    if result.first_call_s < 1.0:  # a call of a second or more is not sensitive to a warm-up
+        running.run(running.calls)
+    return result, running
+
+
+def time_round_robin(running: dict[str, Running], sizes: Sizes) -> None:
+    """Time repetitions, each framework once per round, rotating who goes first, so that noise on
+    the machine falls on all of them alike. A framework whose budget is spent drops out. In one
+    process the frameworks' thread pools disturb each other; measured on matmul 1024, the settling
+    repetition (`Running.settles`) and OPENBLAS_THREAD_TIMEOUT bring NumPy, JAX and PyTorch to within
+    a few percent of their speed alone, from about half of it."""
+    for repetition in range(sizes.repetitions):
+        names = list(running)
+        if not names:
+            return
+        shift = repetition % len(names)
+        for name in names[shift:] + names[:shift]:
+            run = running[name]
+            if not run.affords_repetition(sizes.budget_s):
+                run.result.note = _join(run.result.note, f"budget spent after {len(run.result.times_s)} repetitions")
+                del running[name]
+                continue
+            try:
+                if run.settles():
+                    run.run(run.calls)
+                run.run(run.calls)
+            except Exception as error:  # noqa: BLE001
+                run.result.status, run.result.note = "error", f"{type(error).__name__}: {_one_line(error)}"
+                del running[name]
+                continue
+            run.result.times_s.append(run.last_call_s)
 
 
 def run_workload(workload: Workload, frameworks: Sequence[str], sizes: Sizes,
                  gflops_seen: dict[str, float]) -> dict[str, Result]:
-    """Check, warm up and time every framework on one workload, interleaved per repetition."""
+    """Check, warm up and time every framework on one workload. `gflops_seen` carries each framework's
+    matmul rate to the next matmul, to estimate whether it fits the budget."""
     inputs = workload.make_inputs(sizes)
     expected = workload.reference(inputs)
     results: dict[str, Result] = {}
     running: dict[str, Running] = {}
     for name in frameworks:
-        if name not in workload.prepare:
-            results[name] = Result(status="n/a", note=workload.notes.get(name, "not implemented"))
-            continue
-        results[name] = result = Result(note=workload.notes.get(name, ""))
-        if workload.flops and name in gflops_seen:
-            estimate = workload.flops(sizes) / (gflops_seen[name] * 1e9)
-            if estimate > sizes.budget_s:
-                result.status, result.note = ">budget", f"one call estimated at {estimate:.0f} s from the last matmul"
-                continue
-        gc.collect()
-        try:
-            prepared = workload.prepare[name](inputs)
-            run = Running(prepared if isinstance(prepared, Prepared) else Prepared(prepared), result)
-            output = run.call()
-            result.first_call_s = run.last_call_s
-            actual = run.prepared.snapshot(output)
-        except Exception as error:  # noqa: BLE001 - a failing framework is reported, the others go on
-            result.status, result.note = "error", f"{type(error).__name__}: {_one_line(error)}"
-            continue
-        compare = workload.compare or partial(_compare_with_tolerance, workload.tolerance)
-        result.ok, result.max_error = compare(actual, expected)
-        if not result.ok:
-            result.status = "wrong"
-        if workload.first_call_only:
-            result.times_s.append(result.first_call_s)
-            continue
-        if result.first_call_s < 1.0:  # slower calls are not sensitive to a warm-up
-            for _ in range(workload.calls_per_repetition(sizes)):
-                run.call()
-        running[name] = run
-
-    calls = workload.calls_per_repetition(sizes)
-    for repetition in range(sizes.repetitions):
-        names = list(running)
-        if not names:
-            break
-        shift = repetition % len(names)
-        for name in names[shift:] + names[:shift]:  # rotate who goes first
-            run = running[name]
-            if run.result.times_s and run.result.spent_s + run.last_call_s * calls > sizes.budget_s:
-                run.result.note = _join(run.result.note, f"budget: {len(run.result.times_s)} repetitions")
-                del running[name]
-                continue
-            start = time.perf_counter()
-            try:
-                for _ in range(calls):
-                    run.prepared.step()
-            except Exception as error:  # noqa: BLE001
-                run.result.status, run.result.note = "error", f"{type(error).__name__}: {_one_line(error)}"
-                del running[name]
-                continue
-            elapsed = time.perf_counter() - start
-            run.last_call_s = elapsed / calls
-            run.result.spent_s += elapsed
-            run.result.times_s.append(elapsed / calls)
-
+        results[name], run = start_framework(workload, name, inputs, expected, sizes, gflops_seen)
+        if run is not None:
+            running[name] = run
+    time_round_robin(running, sizes)
     for name, result in results.items():
         if result.status in ("ok", "wrong") and not result.times_s:
             result.status = ">budget"
+            result.note = _join(result.note, f"the first call took {result.first_call_s:.1f} s")
         if workload.flops and result.median_s:
             gflops_seen[name] = workload.flops(sizes) / result.median_s / 1e9
     return results
@@ -906,20 +931,24 @@ def format_report(rows: list[tuple[Workload, dict[str, Result]]], frameworks: Se
     lines.append("values: median over repetitions after warm-up (GFLOP/s: higher is better); fg/peer: funcgrad's "
                  "time / the peer's (above 1: funcgrad slower); '!' marks a wrong result.")
 
-    lines += ["", "Compiler issue targets (funcgrad vs JAX, side by side):"]
+    lines += ["", "Compiler issue targets (funcgrad vs JAX, side by side)" +
+              (": QUICK sizes, not meaningful" if sizes == QUICK else ":")]
     for workload, results in rows:
         if workload.target:
             met, measured = target_verdict(workload, results)
             verdict = "n/a" if met is None else ("met" if met else "NOT MET")
             lines.append(f"  {workload.name:<12} {workload.target.text():<22} measured {measured:<26} {verdict}")
 
-    notes = []
+    lines += ["", "How each framework runs a workload, and what went wrong:"]
     for workload, results in rows:
+        how = [f"{name}: {result.note}" for name, result in results.items() if result.note and result.status == "ok"]
+        if how:
+            lines.append(f"  {workload.name}: " + "; ".join(how))
         for name, result in results.items():
-            if result.note and result.status != "n/a" or result.status in ("error", "wrong"):
-                notes.append(f"  {workload.name} / {name}: {result.status}; {result.note}".rstrip("; "))
-    if notes:
-        lines += ["", "Notes:", *notes]
+            if result.status not in ("ok", "n/a"):
+                error = f" (max error {result.max_error:.3g})" if result.status == "wrong" else ""
+                lines.append(f"  {workload.name}: {name} {result.status.upper()}{error}" +
+                             (f": {result.note}" if result.note else ""))
     return "\n".join(lines)
 
 
@@ -980,16 +1009,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick, "python": platform.python_version(),
             "machine": platform.machine(), "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
             else os.cpu_count(), "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "funcgrad_path": funcgrad.__file__,
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+            "openblas_thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT"), "funcgrad_path": funcgrad.__file__,
+            "funcgrad_commit": _funcgrad_commit(),
             "funcgrad_cache": "fresh temporary folder", "versions": versions, "unavailable": missing,
             "repetitions": sizes.repetitions, "budget_s": sizes.budget_s,
         }
-        print(f"funcgrad {versions['funcgrad']} from {Path(funcgrad.__file__).parent}")
+        print(f"funcgrad {versions['funcgrad']} from {Path(funcgrad.__file__).parent} "
+              f"(commit {meta['funcgrad_commit']})")
         print("peers: " + ", ".join(f"{k} {v}" for k, v in versions.items() if k != "funcgrad"))
         for name, why in missing.items():
             print(f"skipped {name}: {why}")
-        print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(not set)')}; {meta['cpus']} CPUs; "
-              f"load average {meta['load_average']}; {sizes.repetitions} repetitions, "
+        print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(not set)')}; "
+              f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT')}; {meta['cpus']} CPUs; "
+              f"load average {_load_average()}; {sizes.repetitions} repetitions, "
               f"budget {sizes.budget_s:g} s per framework per workload{'; QUICK sizes' if args.quick else ''}")
         sys.stdout.flush()
 
@@ -997,8 +1030,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         gflops_seen: dict[str, float] = {}
         for workload in selected:
             workload_start = time.perf_counter()
-            rows.append((workload, run_workload(workload, frameworks, sizes, gflops_seen)))
-            print(f"  {workload.name}: {time.perf_counter() - workload_start:.1f} s", file=sys.stderr, flush=True)
+            gc.collect()
+            gc.disable()  # as timeit does: a collection would land on whichever framework runs then
+            try:
+                rows.append((workload, run_workload(workload, frameworks, sizes, gflops_seen)))
+            finally:
+                gc.enable()
+            print(f"  {workload.name}: {time.perf_counter() - workload_start:.1f} s", flush=True)
         meta["total_s"] = round(time.perf_counter() - started, 1)
         print()
         print(format_report(rows, frameworks, sizes))
@@ -1008,6 +1046,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return 0
+
+
+def _funcgrad_commit() -> str | None:
+    """HEAD of this checkout, with "+dirty" when funcgrad/ has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "funcgrad"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def _load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
 
 
 def _json_default(value: Any) -> Any:
