@@ -21,8 +21,10 @@ from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.higher_order import jit_p, open_ir
 from funcgrad.ir.simplify import simplify
+from funcgrad.lazy import LazyBuffer, realize
 from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import argument_names, leaf_aval, trace_flat
+from funcgrad.transforms.ad import as_tensor
 from funcgrad.transforms.batching import batch_rules, vmap_ir
 from funcgrad.transforms.jvp import instantiate, jvp_ir, jvp_rules
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
@@ -42,6 +44,7 @@ class Jitted:
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.trace_count = 0
         self._cache: dict[Any, tuple[IR, Any, list[Any]]] = {}
+        self._simple_cache: dict[Any, tuple[IR, Any, list[Any]]] = {}  # keyed by argument types only
         self._last_key: Any = None
         # copy the name and docstring only: updating __dict__ would copy the state of a wrapped Jitted
         functools.update_wrapper(self, fn, updated=())
@@ -76,10 +79,20 @@ class Jitted:
         return (dynamic_args, dynamic_kwargs), static_values, call_with
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        (ir, out_tree, consts), leaves = self._trace(args, kwargs)
-        from funcgrad.lazy import LazyBuffer, realize
-        from funcgrad.transforms.ad import as_tensor
-        operands = consts + [as_tensor(leaf) for leaf in leaves]
+        # the common call, positional Tensors only: its signature is just their types
+        simple = not kwargs and not self.static_argnums and all(type(a) is Tensor for a in args)
+        if simple:
+            entry = self._simple_cache.get(tuple((a._data.aval, a._weak) for a in args))
+            if entry is not None:
+                return self._call(entry, list(args))
+        entry, leaves, cached = self._trace(args, kwargs)
+        if simple and cached:
+            self._simple_cache[tuple((a._data.aval, a._weak) for a in args)] = entry
+        return self._call(entry, [as_tensor(leaf) for leaf in leaves])
+
+    def _call(self, entry: tuple[IR, Any, list[Any]], leaves: list[Tensor]) -> Any:
+        ir, out_tree, consts = entry
+        operands = consts + leaves
         # a jit call is a compilation boundary: compute pending arguments once, so repeated calls on
         # them replay the cached plan instead of recomputing their graphs
         pending = [x._data for x in operands if isinstance(x, Tensor) and isinstance(x._data, LazyBuffer)
@@ -92,12 +105,14 @@ class Jitted:
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """The traced IR and its compiled plan for these arguments, without running anything (as
         JAX's ``jit(f).lower(x)``): ``.ir``, ``.kernels`` (name, device, source) and ``.compile()``."""
-        (ir, out_tree, consts), _ = self._trace(args, kwargs)
+        (ir, out_tree, consts), _, _ = self._trace(args, kwargs)
         return Lowered(self, ir, out_tree, consts)
 
-    def _trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[IR, Any, list[Any]], list[Any]]:
-        """The cached (open IR, output tree, consts) for this signature, tracing on a miss; and the
-        flat dynamic argument leaves."""
+    def _trace(self, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> tuple[tuple[IR, Any, list[Any]], list[Any], bool]:
+        """The (open IR, output tree, consts) for this signature, tracing on a miss; the flat
+        dynamic argument leaves; and whether the entry is cached (closures over another trace's
+        values are not)."""
         dynamic, static_values, call_with = self._split(args, kwargs)
         leaves, in_tree = tree.flatten(dynamic)
         avals = [leaf_aval(leaf, f"argument leaf {i}") for i, leaf in enumerate(leaves)]
@@ -113,7 +128,7 @@ class Jitted:
             self.trace_count += 1
             if not any(isinstance(c, Tensor) and c.is_traced for c in traced.consts):
                 self._cache[key] = entry  # closures over another trace's values cannot be reused
-        return entry, leaves
+        return entry, leaves, key in self._cache
 
     def _explain_retrace(self, key: Any, leaf_names: list[str]) -> None:
         previous = self._last_key
@@ -162,7 +177,6 @@ class Compiled:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import numpy as np
 
-        from funcgrad.transforms.ad import as_tensor
         dynamic, _, _ = self.lowered.jitted._split(args, kwargs)
         leaves = [as_tensor(leaf) for leaf in tree.leaves(dynamic)]
         if [x.aval for x in leaves] != list(self.lowered.ir.in_avals[len(self.lowered.consts):]):
