@@ -599,3 +599,20 @@ def test_matrix_products_use_the_reduce_outer_loop_order_and_stay_exact_enough()
         CPUDevice().compile(step.kernel)([a, b][:len(step.kernel.in_avals)], outputs)
         reference = evaluate_kernel(step.kernel, [a, b][:len(step.kernel.in_avals)])
         np.testing.assert_allclose(outputs[0], reference[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+def test_blocked_matrix_rows_handle_any_row_count(rows):
+    """Rows are computed in blocks of ROW_BLOCK with a remainder loop; every row count, and both
+    a threaded split and a single chunk, must give the reference result."""
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    from funcgrad.lower.schedule import KernelStep, schedule
+
+    rng = np.random.default_rng(rows)
+    a, b = rng.normal(size=(rows, 24)).astype(np.float32), rng.normal(size=(24, 48)).astype(np.float32)
+    ir = fg.make_ir(lambda x, y: fnp.tanh(x @ y))(a, b)
+    (step,) = [s for s in schedule(ir) if isinstance(s, KernelStep)]
+    outputs = [np.empty(av.shape, av.dtype) for av in step.kernel.out_avals]
+    CPUDevice().compile(step.kernel)([a, b], outputs)
+    np.testing.assert_allclose(outputs[0], np.tanh(a.astype(np.float64) @ b), rtol=1e-5, atol=1e-6)
