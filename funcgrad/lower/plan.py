@@ -13,7 +13,7 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
@@ -85,6 +85,7 @@ class Plan:
         level = debug_level()
         for step in self.steps:
             started = time.perf_counter() if level >= 2 else 0.0
+            rates = ""
             if isinstance(step, KernelStep):
                 outputs = [np.empty(v.aval.shape, v.aval.dtype) for v in step.outputs]
                 inputs = [np.ascontiguousarray(env[v.id]) for v in step.inputs]
@@ -92,15 +93,43 @@ class Plan:
                 for var, value in zip(step.outputs, outputs):
                     env[var.id] = value
                 label = step.kernel.name
+                if level >= 2:
+                    seconds = max(time.perf_counter() - started, 1e-9)
+                    moved = sum(x.nbytes for x in inputs) + sum(x.nbytes for x in outputs)
+                    flops = kernel_flops(step.kernel)
+                    rates = f" {moved / seconds / 1e9:8.2f} GB/s {flops / seconds / 1e9:8.2f} GFLOP/s"
             else:
                 label = _run_host(step, env)
             if level >= 2:
                 elapsed = time.perf_counter() - started
-                print(f"  {label:<40s} {elapsed * 1e6:9.1f} us", file=sys.stderr)
+                print(f"  {label:<40s} {elapsed * 1e6:9.1f} us{rates}", file=sys.stderr)
         if level >= 1:
             print(f"realized with {len(self.kernels)} kernels, "
                   f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps", file=sys.stderr)
         return [np.asarray(a.value) if isinstance(a, Literal) else env[a.id] for a in self.ir.outputs]
+
+
+def kernel_flops(kernel: Kernel) -> int:
+    """Arithmetic operations a kernel performs (ALU nodes of its expressions times the iterations
+    that evaluate them), for DEBUG=2's GFLOP/s; index arithmetic is not counted."""
+    from funcgrad.lower.kernel import INDEX
+
+    def count(roots: Sequence[Any]) -> int:
+        seen: set[int] = set()
+        stack, total = list(roots), 0
+        while stack:
+            e = stack.pop()
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            total += e.dtype != INDEX and e.op not in ("const", "var", "load", "acc", "cast", "bitcast")
+            stack.extend(e.args)
+        return total
+
+    outer = int(np.prod(kernel.shape, dtype=np.int64))
+    inner = int(np.prod(kernel.reduce_shape, dtype=np.int64))
+    reduce_ops = (count([kernel.reduce_expr]) + 1) * inner if kernel.reduce_expr is not None else 0
+    return outer * (reduce_ops + count(kernel.outputs))
 
 
 def _run_host(step: HostStep, env: dict[int, np.ndarray]) -> str:
