@@ -207,3 +207,15 @@ def test_evaluate_kernel_handles_an_empty_reduction():
     (step,) = [s for s in schedule(ir) if isinstance(s, KernelStep)]
     (out,) = evaluate_kernel(step.kernel, [np.zeros((3, 0), np.float32)])
     assert out.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_plans_release_intermediate_buffers_after_their_last_use():
+    ir = _opened(fg.make_ir(lambda x: x.softmax(-1))(A))
+    plan = Plan(ir, ReferenceDevice())
+    stored = [s.outputs[0].id for s in plan.steps if isinstance(s, KernelStep)]
+    released = [var_id for step_ids in plan.release_after for var_id in step_ids]
+    # the max and the sum of exps are dropped once the last kernel has read them; the output is not
+    assert sorted(released) == sorted(stored[:-1])
+    assert plan.release_after[-1] == stored[:-1] or set(plan.release_after[-1]) == set(stored[:-1])
+    (out,) = plan.run([A])
+    np.testing.assert_allclose(out.sum(axis=-1), np.ones(N), rtol=1e-5)

@@ -68,6 +68,7 @@ class Plan:
         self.steps: list[Step] = schedule(self.ir)
         self.compiled = {id(step): device.compile(step.kernel) for step in self.steps if isinstance(step, KernelStep)}
         self.kernels = [step.kernel for step in self.steps if isinstance(step, KernelStep)]
+        self.release_after = _last_uses(self.ir, self.steps)
         if debug_level() >= 3:
             for kernel in self.kernels:
                 print(kernel, file=sys.stderr)
@@ -83,7 +84,7 @@ class Plan:
         for var, value in zip(self.ir.in_vars, args):
             env[var.id] = np.asarray(value)
         level = debug_level()
-        for step in self.steps:
+        for position, step in enumerate(self.steps):
             started = time.perf_counter() if level >= 2 else 0.0
             rates = ""
             if isinstance(step, KernelStep):
@@ -100,6 +101,8 @@ class Plan:
                     rates = f" {moved / seconds / 1e9:8.2f} GB/s {flops / seconds / 1e9:8.2f} GFLOP/s"
             else:
                 label = _run_host(step, env)
+            for var_id in self.release_after[position]:  # intermediates nobody reads again
+                env.pop(var_id, None)
             if level >= 2:
                 elapsed = time.perf_counter() - started
                 print(f"  {label:<40s} {elapsed * 1e6:9.1f} us{rates}", file=sys.stderr)
@@ -107,6 +110,26 @@ class Plan:
             print(f"realized with {len(self.kernels)} kernels, "
                   f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps", file=sys.stderr)
         return [np.asarray(a.value) if isinstance(a, Literal) else env[a.id] for a in self.ir.outputs]
+
+
+def _last_uses(ir: IR, steps: Sequence[Step]) -> list[list[int]]:
+    """For each step, the intermediate buffers it reads (or writes) for the last time: the plan
+    drops them then, so their memory is reused by later steps instead of living to the end."""
+    keep = {a.id for a in ir.outputs if not isinstance(a, Literal)}
+    keep |= {v.id for v in ir.in_vars} | {v.id for v in ir.const_vars}
+    last: dict[int, int] = {}
+    for position, step in enumerate(steps):
+        if isinstance(step, KernelStep):
+            touched = [v.id for v in step.inputs] + [v.id for v in step.outputs]
+        else:
+            touched = [a.id for a in step.eqn.inputs if not isinstance(a, Literal)] + [v.id for v in step.eqn.outputs]
+        for var_id in touched:
+            last[var_id] = position
+    release: list[list[int]] = [[] for _ in steps]
+    for var_id, position in last.items():
+        if var_id not in keep:
+            release[position].append(var_id)
+    return release
 
 
 def kernel_flops(kernel: Kernel) -> int:
