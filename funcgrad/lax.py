@@ -21,13 +21,9 @@ from funcgrad.ir.higher_order import cond_p, merge_consts, open_ir, scan_p, whil
 from funcgrad.ir.primitives import select_p
 from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import leaf_aval, trace_flat
+from funcgrad.transforms.ad import as_tensor
 
 __all__ = ["cond", "fori_loop", "map", "scan", "select", "switch", "while_loop"]
-
-
-def _as_tensor(value: Any) -> Tensor:
-    from funcgrad.transforms.ad import as_tensor
-    return as_tensor(value)
 
 
 def _trace(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Any]]:
@@ -54,7 +50,7 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
     """
     if not branches:
         raise ValueError("switch needs at least one branch")
-    index = _as_tensor(index)
+    index = as_tensor(index)
     if index.shape != () or not dtypes.is_int(index.dtype) and not dtypes.is_bool(index.dtype):
         raise TypeError(f"switch: the index must be an integer scalar, got {index.aval}")
     index = index.astype(dtypes.int32)
@@ -67,7 +63,7 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
                             f"{avals_str(traced[0][0].out_avals)}")
     # one operand list for every branch: all branches' consts, then the operands
     branch_irs, all_consts = merge_consts([closed for _, _, closed in traced])
-    leaves = [_as_tensor(x) for x in tree.leaves(tuple(operands))]
+    leaves = [as_tensor(x) for x in tree.leaves(tuple(operands))]
     outs = bind(cond_p, index, *all_consts, *leaves, branches=tuple(branch_irs))
     return tree.unflatten(out_tree, list(outs))
 
@@ -77,7 +73,7 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
 
     >>> cond(x > 0, lambda x: x, lambda x: -x, x)   # |x| without a Python if on a traced value
     """
-    pred = _as_tensor(pred)
+    pred = as_tensor(pred)
     if pred.shape != ():
         raise TypeError(f"cond: the predicate must be a scalar, got shape {pred.shape}; use fnp.where for "
                         "elementwise selection")
@@ -86,7 +82,7 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
 
 def select(pred: Any, on_true: Any, on_false: Any) -> Tensor:
     """Elementwise ``pred ? on_true : on_false`` (shapes must already match; see fnp.where)."""
-    return bind(select_p, _as_tensor(pred), _as_tensor(on_true), _as_tensor(on_false))
+    return bind(select_p, as_tensor(pred), as_tensor(on_true), as_tensor(on_false))
 
 
 def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
@@ -96,7 +92,7 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     use ``scan`` or ``fori_loop`` with static bounds.
     """
     init_leaves, init_tree = tree.flatten(init_val)
-    init_leaves = [_as_tensor(x) for x in init_leaves]
+    init_leaves = [as_tensor(x) for x in init_leaves]
     carry_avals = [x.aval for x in init_leaves]
     cond_ir, cond_tree, cond_consts = _trace(cond_fun, (init_val,), "while_loop cond_fun")
     if len(cond_ir.outputs) != 1 or cond_ir.out_avals[0].shape != ():
@@ -119,7 +115,7 @@ def _bool_output(ir: IR) -> IR:
 
     def run(*args: Tensor) -> list[Tensor]:
         (out,) = evaluate(ir, *args)
-        return [_as_tensor(out) != 0]
+        return [as_tensor(out) != 0]
     return open_ir(trace_avals(run, list(ir.in_avals), "while_loop cond_fun"))
 
 
@@ -131,9 +127,9 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     >>> scan(lambda c, x: (c + x, c), 0.0, fnp.arange(4.0))   # (6.0, [0., 0., 1., 3.])
     """
     init_leaves, init_tree = tree.flatten(init)
-    init_leaves = [_as_tensor(x) for x in init_leaves]
+    init_leaves = [as_tensor(x) for x in init_leaves]
     xs_leaves, xs_tree = tree.flatten(xs)
-    xs_leaves = [_as_tensor(x) for x in xs_leaves]
+    xs_leaves = [as_tensor(x) for x in xs_leaves]
     lengths = {x.shape[0] for x in xs_leaves if x.ndim > 0}
     if any(x.ndim == 0 for x in xs_leaves):
         raise ValueError("scan: every leaf of xs needs a leading axis to scan over; got a scalar")
@@ -192,7 +188,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
             return init_val
         carry, _ = scan(step, init_val, arange(int(lower), int(upper), dtype=dtypes.int32))
         return carry
-    lower_t, upper_t = _as_tensor(lower).astype(dtypes.int32), _as_tensor(upper).astype(dtypes.int32)
+    lower_t, upper_t = as_tensor(lower).astype(dtypes.int32), as_tensor(upper).astype(dtypes.int32)
 
     def loop_cond(state: Any) -> Any:
         return state[0] < upper_t

@@ -227,8 +227,23 @@ mul_p = _binary("mul", _typed(np.multiply), "if")
 div_p = _binary("div", _int_div, "if")
 rem_p = _binary("rem", _int_rem, "if")
 pow_p = _binary("pow", _pow, "if")
-max_p = _binary("max", _typed(np.maximum), "bif")  # NaN-propagating, as the Array API
-min_p = _binary("min", _typed(np.minimum), "bif")
+def _ieee_extremum(fn: Callable[..., np.ndarray], negative_wins: bool) -> Callable[..., np.ndarray]:
+    """NumPy's maximum/minimum (NaN propagates) with IEEE 754-2019's order of zeros, -0.0 < +0.0,
+    which compiled code uses (NumPy returns its second operand when the two compare equal)."""
+    def impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        x, y = np.asarray(x), np.asarray(y)
+        out = np.asarray(fn(x, y)).astype(x.dtype, copy=False)
+        if not dtypes.is_float(x.dtype):
+            return out
+        both_zero = (x == 0) & (y == 0)
+        negative = np.signbit(x) | np.signbit(y) if negative_wins else np.signbit(x) & np.signbit(y)
+        zero = np.where(negative, -0.0, 0.0).astype(x.dtype)
+        return np.where(both_zero, zero, out).astype(x.dtype)
+    return impl
+
+
+max_p = _binary("max", _ieee_extremum(np.maximum, negative_wins=False), "bif")  # NaN-propagating, as the Array API
+min_p = _binary("min", _ieee_extremum(np.minimum, negative_wins=True), "bif")
 atan2_p = _binary("atan2", _compute_in_f32(np.arctan2), "f")
 and_p = _binary("and", _typed(np.bitwise_and), "bi")
 or_p = _binary("or", _typed(np.bitwise_or), "bi")

@@ -308,21 +308,14 @@ def _affine(e: KExpr) -> dict[KExpr | None, int] | None:
     """``e`` as {atom: coefficient} with the constant under None, if it is affine in its atoms."""
     if e.op == "const" and e.dtype == INDEX:
         return {None: int(e.arg)}
-    if e.op == "add":
+    if e.op in ("add", "sub"):
         a, b = _affine(e.args[0]), _affine(e.args[1])
         if a is None or b is None:
             return None
+        sign = 1 if e.op == "add" else -1
         out = dict(a)
         for k, v in b.items():
-            out[k] = out.get(k, 0) + v
-        return out
-    if e.op == "sub":
-        a, b = _affine(e.args[0]), _affine(e.args[1])
-        if a is None or b is None:
-            return None
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) - v
+            out[k] = out.get(k, 0) + sign * v
         return out
     if e.op == "mul" and e.dtype == INDEX and (is_const(e.args[0]) or is_const(e.args[1])):
         factor, other = (e.args[1], e.args[0]) if is_const(e.args[1]) else (e.args[0], e.args[1])

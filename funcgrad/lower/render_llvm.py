@@ -157,48 +157,18 @@ FLOAT32_TANH = """{out}.a = call float @llvm.fabs.f32(float {x})
 {out}.s9 = fmul float {out}.s8, {x}
 {out}.small = fadd float {out}.s9, {x}
 {out}.two = fmul float {out}.a, 2.0
-{out}.e.lo = call float @llvm.maxnum.f32(float {out}.two, float -104.0)
-{out}.e.xc = call float @llvm.minnum.f32(float {out}.e.lo, float 88.75)
-{out}.e.t = fmul float {out}.e.xc, 0x3FF7154760000000
-{out}.e.n = call float @llvm.roundeven.f32(float {out}.e.t)
-{out}.e.m1 = fmul float {out}.e.n, 0x3FE6300000000000
-{out}.e.r1 = fsub float {out}.e.xc, {out}.e.m1
-{out}.e.m2 = fmul float {out}.e.n, 0xBF2BD01060000000
-{out}.e.r = fsub float {out}.e.r1, {out}.e.m2
-{out}.e.q0 = fmul float {out}.e.r, 0x3F2A0D2CE0000000
-{out}.e.q1 = fadd float {out}.e.q0, 0x3F56E879C0000000
-{out}.e.q2 = fmul float {out}.e.q1, {out}.e.r
-{out}.e.q3 = fadd float {out}.e.q2, 0x3F81112100000000
-{out}.e.q4 = fmul float {out}.e.q3, {out}.e.r
-{out}.e.q5 = fadd float {out}.e.q4, 0x3FA5553820000000
-{out}.e.q6 = fmul float {out}.e.q5, {out}.e.r
-{out}.e.q7 = fadd float {out}.e.q6, 0x3FC5555540000000
-{out}.e.q8 = fmul float {out}.e.q7, {out}.e.r
-{out}.e.q9 = fadd float {out}.e.q8, 0x3FE0000000000000
-{out}.e.rr = fmul float {out}.e.r, {out}.e.r
-{out}.e.q10 = fmul float {out}.e.q9, {out}.e.rr
-{out}.e.q11 = fadd float {out}.e.q10, {out}.e.r
-{out}.e.y = fadd float {out}.e.q11, 1.0
-{out}.e.ni = fptosi float {out}.e.n to i32
-{out}.e.na = ashr i32 {out}.e.ni, 1
-{out}.e.nb = sub i32 {out}.e.ni, {out}.e.na
-{out}.e.ea = add i32 {out}.e.na, 127
-{out}.e.eb = add i32 {out}.e.nb, 127
-{out}.e.ba = shl i32 {out}.e.ea, 23
-{out}.e.bb = shl i32 {out}.e.eb, 23
-{out}.e.sa = bitcast i32 {out}.e.ba to float
-{out}.e.sb = bitcast i32 {out}.e.bb to float
-{out}.e.y1 = fmul float {out}.e.y, {out}.e.sa
-{out}.e.y2 = fmul float {out}.e.y1, {out}.e.sb
-{out}.e.nan = fcmp uno float {out}.two, 0.0
-{out}.ex = select i1 {out}.e.nan, float {out}.two, float {out}.e.y2
-{out}.den = fadd float {out}.ex, 1.0
+<EXP OF TWO>
+{out}.den = fadd float {out}.e, 1.0
 {out}.frac = fdiv float 2.0, {out}.den
 {out}.big = fsub float 1.0, {out}.frac
 {out}.signed = call float @llvm.copysign.f32(float {out}.big, float {x})
 {out}.issmall = fcmp olt float {out}.a, 0.625
 {out}.small.signed = call float @llvm.copysign.f32(float {out}.small, float {x})
 {out} = select i1 {out}.issmall, float {out}.small.signed, float {out}.signed"""
+
+# tanh(|x|) for |x| >= 0.625 is 1 - 2 / (exp(2|x|) + 1), with exp inlined from FLOAT32_EXP
+FLOAT32_TANH = FLOAT32_TANH.replace("<EXP OF TWO>", FLOAT32_EXP.replace("{x}", "<ARG>").replace("{out}", "{out}.e")
+                                    .replace("<ARG>", "{out}.two"))
 
 FLOAT32_LOGISTIC = ("{out}.half = fmul float {x}, 0.5\n"
                     + FLOAT32_TANH.replace("{x}", "<HALF>").replace("{out}", "{out}.th").replace("<HALF>", "{out}.half")

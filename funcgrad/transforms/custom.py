@@ -22,24 +22,12 @@ from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin
 from funcgrad.ir.primitives import stop_gradient_p
 from funcgrad.ir.simplify import dce
 from funcgrad.tensor import Tensor, bind
-from funcgrad.trace import leaf_aval, trace_flat
+from funcgrad.transforms.ad import as_tensor, trace_function
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
 from funcgrad.transforms.jit import call_batch_rule, call_transpose_rule
 from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
 from funcgrad.transforms.transpose import transpose_rules
-
-
-def _as_tensor(value: Any) -> Tensor:
-    from funcgrad.transforms.ad import as_tensor
-    return as_tensor(value)
-
-
-def _trace(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Tensor]]:
-    leaves, in_tree = tree.flatten(tuple(args))
-    avals = [leaf_aval(leaf, f"an argument of {label}") for leaf in leaves]
-    ir, out_tree = trace_flat(fn, avals, in_tree, label)
-    return ir, out_tree, [_as_tensor(leaf) for leaf in leaves]
 
 
 class _Named:
@@ -58,7 +46,7 @@ class _Named:
 def stop_gradient(x: Any) -> Any:
     """The identity on every leaf of ``x``, with a zero derivative (also under higher orders)."""
     def stop(leaf: Any) -> Any:
-        leaf = _as_tensor(leaf)
+        leaf = as_tensor(leaf)
         return bind(stop_gradient_p, leaf) if is_differentiable(leaf.aval) else leaf
     return tree.map(stop, x)
 
@@ -92,7 +80,7 @@ class custom_jvp:  # noqa: N801 - named like JAX's decorator
         name = getattr(self.fun, "__name__", "fun")
         if self.jvp is None:
             raise AttributeError(f"custom_jvp function {name} has no rule; call .defjvp(rule) first")
-        ir, out_tree, leaves = _trace(self.fun, args, f"custom_jvp({name})")
+        ir, out_tree, leaves = trace_function(self.fun, args, f"custom_jvp({name})")
         in_tree = tree.structure(tuple(args))
         user_jvp = self.jvp
         out_avals = ir.out_avals
@@ -101,8 +89,8 @@ class custom_jvp:  # noqa: N801 - named like JAX's decorator
             primals = tree.unflatten(in_tree, primal_leaves)
             tangents = tree.unflatten(in_tree, tangent_leaves)
             out, tangent_out = user_jvp(primals, tangents)
-            outs = [_as_tensor(o) for o in tree.leaves(out)]
-            touts = [_as_tensor(t) for t in tree.leaves(tangent_out)]
+            outs = [as_tensor(o) for o in tree.leaves(out)]
+            touts = [as_tensor(t) for t in tree.leaves(tangent_out)]
             if len(outs) != len(out_avals) or len(touts) != len(out_avals):
                 raise TypeError(f"the custom_jvp rule of {name} must return (output, tangent) shaped like the "
                                 f"function's output {out_tree}")
@@ -131,7 +119,7 @@ def _aval(value: Any) -> ShapedArray:
 def _custom_jvp_batch(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, jvp: Any, num_consts: int,
                       name: str) -> tuple[Any, Any]:
     from funcgrad.transforms.batching import vmap
-    args = [broadcast_batched(_as_tensor(a), d, axis_size) for a, d in zip(args, dims)]
+    args = [broadcast_batched(as_tensor(a), d, axis_size) for a, d in zip(args, dims)]
     batched, _ = vmap_ir(ir, [0] * len(args), axis_size, out_dims=[0] * len(ir.outputs))
     inner = jvp
 
@@ -168,7 +156,7 @@ class custom_vjp:  # noqa: N801
         name = getattr(self.fun, "__name__", "fun")
         if self.fwd is None or self.bwd is None:
             raise AttributeError(f"custom_vjp function {name} has no rule; call .defvjp(fwd, bwd) first")
-        ir, out_tree, leaves = _trace(self.fun, args, f"custom_vjp({name})")
+        ir, out_tree, leaves = trace_function(self.fun, args, f"custom_vjp({name})")
         in_tree = tree.structure(tuple(args))
         in_avals = [leaf.aval for leaf in leaves]
         fwd, bwd = self.fwd, self.bwd
@@ -178,7 +166,7 @@ class custom_vjp:  # noqa: N801
             out, residuals = fwd(*tree.unflatten(in_tree, arg_leaves))
             res_leaves, res_tree = tree.flatten(residuals)
             res_trees[:] = [res_tree]
-            return [_as_tensor(o) for o in tree.leaves(out)], [_as_tensor(r) for r in res_leaves]
+            return [as_tensor(o) for o in tree.leaves(out)], [as_tensor(r) for r in res_leaves]
 
         def flat_bwd(res_leaves: list[Any], ct_leaves: list[Any]) -> list[Any]:
             cts = bwd(tree.unflatten(res_trees[0], res_leaves), tree.unflatten(out_tree, ct_leaves))
@@ -189,7 +177,7 @@ class custom_vjp:  # noqa: N801
             if len(cts) != in_tree.num_leaves and ct_tree.num_leaves != len(in_avals):
                 raise TypeError(f"the custom_vjp bwd of {name} returned {len(cts)} cotangents for "
                                 f"{len(args)} arguments")
-            flat = [zeros(a) if c is None else _as_tensor(c) for c, a in zip(ct_leaves_in, in_avals)]
+            flat = [zeros(a) if c is None else as_tensor(c) for c, a in zip(ct_leaves_in, in_avals)]
             for c, a in zip(flat, in_avals):
                 if c.shape != a.shape:
                     raise TypeError(f"the custom_vjp bwd of {name} returned a cotangent of shape {c.shape} for "
@@ -222,7 +210,7 @@ def _custom_lin_transpose(cts: list[Any], *operands: Any, num_residuals: int, bw
 def _custom_vjp_batch(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, fwd: Any, bwd: Any,
                       num_consts: int, name: str) -> tuple[Any, Any]:
     from funcgrad.transforms.batching import vmap
-    args = [broadcast_batched(_as_tensor(a), d, axis_size) for a, d in zip(args, dims)]
+    args = [broadcast_batched(as_tensor(a), d, axis_size) for a, d in zip(args, dims)]
     batched, _ = vmap_ir(ir, [0] * len(args), axis_size, out_dims=[0] * len(ir.outputs))
     n_extra = len(batched.consts)
     # fwd and bwd see only the (now batched) arguments, so they are batched by vmap as a whole
@@ -248,7 +236,7 @@ def checkpoint(fn: Callable[..., Any], *, prevent_cse: bool = True) -> Callable[
 
     @functools.wraps(fn)
     def wrapper(*args: Any) -> Any:
-        ir, out_tree, leaves = _trace(fn, args, f"checkpoint({name})")
+        ir, out_tree, leaves = trace_function(fn, args, f"checkpoint({name})")
         outs = bind(checkpoint_p, *ir.consts, *leaves, ir=open_ir(ir), name=name)
         return tree.unflatten(out_tree, list(outs))
 
@@ -294,7 +282,7 @@ def eval_shape(fn: Callable[..., Any], *args: Any) -> Any:
 
     >>> eval_shape(lambda x: x @ x.T, fnp.ones((3, 4)))   # ShapedArray(shape=(3, 3), dtype=float32)
     """
-    ir, out_tree, _ = _trace(fn, args, "eval_shape")
+    ir, out_tree, _ = trace_function(fn, args, "eval_shape")
     return tree.unflatten(out_tree, list(ir.out_avals))
 
 
