@@ -1,0 +1,26 @@
+"""The README's example and the main demo keep running (the two set-up commands rely on them)."""
+
+from __future__ import annotations
+
+import re
+import runpy
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_example_runs(capsys):
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S)
+    assert code is not None, "README.md lost its python example"
+    namespace: dict = {}
+    exec(compile(code.group(1), "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    assert namespace["grads"][0][0].shape == (4, 4)
+    assert namespace["per_example"][0][0].shape == (5, 4, 4)
+    assert "dot_general" in capsys.readouterr().out
+
+
+def test_quickstart_demo_runs(capsys):
+    runpy.run_path(str(ROOT / "examples" / "quickstart.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "=== 6. Transformations" in out and out.rstrip().endswith("fit together.")
