@@ -107,64 +107,75 @@ FLOAT_OPS: dict[str, str] = {
 # float32 exp and tanh written out as plain arithmetic (Cephes-style range reduction and minimax
 # polynomials), so the loop vectorizer turns them into AVX-512 code instead of one libm call per
 # element; within 2 ulp of the correctly rounded result. float64 keeps the intrinsics.
-FLOAT32_EXP = """{out}.lo = call float @llvm.maxnum.f32(float {x}, float -104.0)
-{out}.xc = call float @llvm.minnum.f32(float {out}.lo, float 88.75)
-{out}.t = fmul float {out}.xc, 0x3FF7154760000000
-{out}.n = call float @llvm.roundeven.f32(float {out}.t)
-{out}.m1 = fmul float {out}.n, 0x3FE6300000000000
-{out}.r1 = fsub float {out}.xc, {out}.m1
-{out}.m2 = fmul float {out}.n, 0xBF2BD01060000000
-{out}.r = fsub float {out}.r1, {out}.m2
-{out}.q0 = fmul float {out}.r, 0x3F2A0D2CE0000000
-{out}.q1 = fadd float {out}.q0, 0x3F56E879C0000000
-{out}.q2 = fmul float {out}.q1, {out}.r
-{out}.q3 = fadd float {out}.q2, 0x3F81112100000000
-{out}.q4 = fmul float {out}.q3, {out}.r
-{out}.q5 = fadd float {out}.q4, 0x3FA5553820000000
-{out}.q6 = fmul float {out}.q5, {out}.r
-{out}.q7 = fadd float {out}.q6, 0x3FC5555540000000
-{out}.q8 = fmul float {out}.q7, {out}.r
-{out}.q9 = fadd float {out}.q8, 0x3FE0000000000000
-{out}.rr = fmul float {out}.r, {out}.r
-{out}.q10 = fmul float {out}.q9, {out}.rr
-{out}.q11 = fadd float {out}.q10, {out}.r
-{out}.y = fadd float {out}.q11, 1.0
-{out}.ni = fptosi float {out}.n to i32
-{out}.na = ashr i32 {out}.ni, 1
-{out}.nb = sub i32 {out}.ni, {out}.na
-{out}.ea = add i32 {out}.na, 127
-{out}.eb = add i32 {out}.nb, 127
-{out}.ba = shl i32 {out}.ea, 23
-{out}.bb = shl i32 {out}.eb, 23
-{out}.sa = bitcast i32 {out}.ba to float
-{out}.sb = bitcast i32 {out}.bb to float
-{out}.y1 = fmul float {out}.y, {out}.sa
-{out}.y2 = fmul float {out}.y1, {out}.sb
-{out}.nan = fcmp uno float {x}, 0.0
-{out} = select i1 {out}.nan, float {x}, float {out}.y2"""
+def _f32(value: float) -> str:
+    """A float32 constant in LLVM's exact hexadecimal (double-width) notation."""
+    return "0x" + struct.pack(">d", float(np.float32(value))).hex().upper()
 
-FLOAT32_TANH = """{out}.a = call float @llvm.fabs.f32(float {x})
-{out}.z = fmul float {x}, {x}
-{out}.s0 = fmul float {out}.z, 0xBF775E1D40000000
-{out}.s1 = fadd float {out}.s0, 0x3F952269C0000000
-{out}.s2 = fmul float {out}.s1, {out}.z
-{out}.s3 = fadd float {out}.s2, 0xBFAB83C5A0000000
-{out}.s4 = fmul float {out}.s3, {out}.z
-{out}.s5 = fadd float {out}.s4, 0x3FC1107260000000
-{out}.s6 = fmul float {out}.s5, {out}.z
-{out}.s7 = fadd float {out}.s6, 0xBFD5555320000000
-{out}.s8 = fmul float {out}.s7, {out}.z
-{out}.s9 = fmul float {out}.s8, {x}
-{out}.small = fadd float {out}.s9, {x}
-{out}.two = fmul float {out}.a, 2.0
-<EXP OF TWO>
-{out}.den = fadd float {out}.e, 1.0
-{out}.frac = fdiv float 2.0, {out}.den
-{out}.big = fsub float 1.0, {out}.frac
-{out}.signed = call float @llvm.copysign.f32(float {out}.big, float {x})
-{out}.issmall = fcmp olt float {out}.a, 0.625
-{out}.small.signed = call float @llvm.copysign.f32(float {out}.small, float {x})
-{out} = select i1 {out}.issmall, float {out}.small.signed, float {out}.signed"""
+
+def _horner(name: str, x: str, coefficients: tuple[float, ...]) -> list[str]:
+    """Lines evaluating c0*x^(n-1) + ... by Horner's rule into ``{name}0..``; the last line's
+    value is the polynomial (the chain starts with a product and ends with a sum)."""
+    lines = [f"{name}0 = fmul float {x}, {_f32(coefficients[0])}"]
+    for position, c in enumerate(coefficients[1:], start=1):
+        previous = len(lines) - 1
+        lines.append(f"{name}{previous + 1} = fadd float {name}{previous}, {_f32(c)}")
+        if position < len(coefficients) - 1:
+            lines.append(f"{name}{previous + 2} = fmul float {name}{previous + 1}, {x}")
+    return lines
+
+
+# Cephes expf: x = n ln2 + r (ln2 split in two for exactness), exp(r) ~ 1 + r + r^2 P(r)
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+# Cephes tanhf for |x| < 0.625: x + x^3 P(x^2)
+_TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+
+FLOAT32_EXP = "\n".join([
+    "{out}.lo = call float @llvm.maxnum.f32(float {x}, float -104.0)",
+    "{out}.xc = call float @llvm.minnum.f32(float {out}.lo, float 88.75)",
+    f"{{out}}.t = fmul float {{out}}.xc, {_f32(1.44269504088896341)}",
+    "{out}.n = call float @llvm.roundeven.f32(float {out}.t)",
+    f"{{out}}.m1 = fmul float {{out}}.n, {_f32(0.693359375)}",
+    "{out}.r1 = fsub float {out}.xc, {out}.m1",
+    f"{{out}}.m2 = fmul float {{out}}.n, {_f32(-2.12194440e-4)}",
+    "{out}.r = fsub float {out}.r1, {out}.m2",
+    *_horner("{out}.q", "{out}.r", _EXP_POLY),
+    "{out}.rr = fmul float {out}.r, {out}.r",
+    "{out}.q10 = fmul float {out}.q9, {out}.rr",
+    "{out}.q11 = fadd float {out}.q10, {out}.r",
+    "{out}.y = fadd float {out}.q11, 1.0",
+    # scale by 2^n in two halves, so results near the denormal range do not underflow early
+    "{out}.ni = fptosi float {out}.n to i32",
+    "{out}.na = ashr i32 {out}.ni, 1",
+    "{out}.nb = sub i32 {out}.ni, {out}.na",
+    "{out}.ea = add i32 {out}.na, 127",
+    "{out}.eb = add i32 {out}.nb, 127",
+    "{out}.ba = shl i32 {out}.ea, 23",
+    "{out}.bb = shl i32 {out}.eb, 23",
+    "{out}.sa = bitcast i32 {out}.ba to float",
+    "{out}.sb = bitcast i32 {out}.bb to float",
+    "{out}.y1 = fmul float {out}.y, {out}.sa",
+    "{out}.y2 = fmul float {out}.y1, {out}.sb",
+    "{out}.nan = fcmp uno float {x}, 0.0",
+    "{out} = select i1 {out}.nan, float {x}, float {out}.y2",
+])
+
+FLOAT32_TANH = "\n".join([
+    "{out}.a = call float @llvm.fabs.f32(float {x})",
+    "{out}.z = fmul float {x}, {x}",
+    *_horner("{out}.s", "{out}.z", _TANH_POLY),
+    "{out}.s8 = fmul float {out}.s7, {out}.z",
+    "{out}.s9 = fmul float {out}.s8, {x}",
+    "{out}.small = fadd float {out}.s9, {x}",
+    "{out}.two = fmul float {out}.a, 2.0",
+    "<EXP OF TWO>",
+    "{out}.den = fadd float {out}.e, 1.0",
+    "{out}.frac = fdiv float 2.0, {out}.den",
+    "{out}.big = fsub float 1.0, {out}.frac",
+    "{out}.signed = call float @llvm.copysign.f32(float {out}.big, float {x})",
+    "{out}.issmall = fcmp olt float {out}.a, 0.625",
+    "{out}.small.signed = call float @llvm.copysign.f32(float {out}.small, float {x})",
+    "{out} = select i1 {out}.issmall, float {out}.small.signed, float {out}.signed",
+])
 
 # tanh(|x|) for |x| >= 0.625 is 1 - 2 / (exp(2|x|) + 1), with exp inlined from FLOAT32_EXP
 FLOAT32_TANH = FLOAT32_TANH.replace("<EXP OF TWO>", FLOAT32_EXP.replace("{x}", "<ARG>").replace("{out}", "{out}.e")
