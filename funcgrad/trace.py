@@ -22,8 +22,6 @@ from funcgrad.ir.simplify import simplify
 from funcgrad.ir.tracing import new_trace
 from funcgrad.tensor import Tensor, _atom_for
 
-_SCALARS = (bool, int, float, np.generic)
-
 
 def leaf_aval(leaf: Any, where: str = "argument") -> tuple[ShapedArray, bool]:
     """The (aval, weak_type) a pytree leaf traces as; raises TypeError for non-array leaves."""

@@ -249,17 +249,5 @@ def typecheck(ir: IR) -> None:
         check_atom(atom, "the outputs")
 
 
-def free_vars(eqns: Iterable[Eqn]) -> list[Var]:
-    """Variables read by ``eqns`` but not defined by them, in first-use order."""
-    defined: set[int] = set()
-    seen: dict[int, Var] = {}
-    for eqn in eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var) and atom.id not in defined:
-                seen.setdefault(atom.id, atom)
-        defined.update(v.id for v in eqn.outputs)
-    return list(seen.values())
-
-
 def avals_str(avals: Sequence[ShapedArray]) -> str:
     return "(" + ", ".join(a.short_str() for a in avals) + ")"

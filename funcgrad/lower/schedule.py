@@ -200,16 +200,12 @@ class _KernelBuilder:
         if not root and (atom.id not in self.producer or self.is_stored(atom)):
             shape = atom.aval.shape
             index = K.flat_index(idx, shape)
-            return K.load(self.buffer(atom), index, _storage_dtype(atom.aval.dtype))
+            return K.load(self.buffer(atom), index, atom.aval.dtype)
         key = (atom.id, tuple(idx))
         if key not in self.memo:
             eqn = self.producer[atom.id]
             self.memo[key] = LOWERINGS[eqn.primitive.name](self, eqn, list(idx))
         return self.memo[key]
-
-
-def _storage_dtype(dtype: np.dtype) -> np.dtype:
-    return dtype
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -427,8 +423,3 @@ def _kernel_name(eqn: Eqn, reduce_op: str | None) -> str:
     shape = "_".join(str(d) for d in eqn.outputs[0].aval.shape) or "scalar"
     kind = f"r_{reduce_op}" if reduce_op else "E"
     return f"{kind}_{shape}"
-
-
-def count_kernels(ir: IR) -> int:
-    return sum(isinstance(step, KernelStep) for step in schedule(ir))
-
