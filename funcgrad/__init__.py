@@ -23,6 +23,7 @@ from funcgrad.transforms import (
     value_and_grad, vjp, vmap,
 )
 from funcgrad import lax
+from funcgrad import nn
 
 remat = checkpoint
 
@@ -31,6 +32,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Array", "ConcretizationError", "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
     "checkpoint", "custom_jvp", "custom_vjp", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
-    "jit", "jvp", "lax", "linearize", "make_ir", "numpy", "random", "remat", "stop_gradient", "tree",
+    "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",
     "value_and_grad", "vjp", "vmap",
 ]

@@ -12,6 +12,7 @@ lazy op. Everything else (``funcgrad.numpy``, the Tensor methods, the transforms
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +71,7 @@ class Tensor(_Methods):
     52.0
     """
 
-    __slots__ = ("_data", "_weak", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("_data", "_weak", "_requires_grad", "grad", "__weakref__")
     __array_priority__ = 100  # so ndarray + Tensor defers to Tensor.__radd__
 
     def __init__(self, data: Any, dtype: Any = None, device: str | None = None,
@@ -83,15 +84,28 @@ class Tensor(_Methods):
         else:
             self._data = LazyBuffer.from_array(_canonical_numpy(data, dtype))
         self._weak = False
+        self._requires_grad: bool | None = None
         self.requires_grad = requires_grad
         self.grad: Tensor | None = None
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """Seed/PyTorch-style autograd: ``loss.backward()`` fills ``.grad`` of the Tensors with
+        ``requires_grad=True`` that ``loss`` depends on."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        self._requires_grad = value
+        if value:
+            GRAD_LEAVES[id(self)] = self
 
     @classmethod
     def _wrap(cls, data: LazyBuffer | Tracer, weak: bool = False) -> Tensor:
         tensor = cls.__new__(cls)
         tensor._data = data
         tensor._weak = weak
-        tensor.requires_grad = None
+        tensor._requires_grad = None
         tensor.grad = None
         return tensor
 
@@ -211,6 +225,8 @@ class Tensor(_Methods):
 
 
 Array = Tensor
+# Tensors that asked for gradients, by id (Tensors are unhashable, like NumPy arrays)
+GRAD_LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 # --- binding primitives ------------------------------------------------------------------------
 

@@ -249,6 +249,23 @@ class TensorMethods:
     def abs(self) -> Tensor:
         return fnp.abs(self)
 
+    def backward(self, gradient: Any = None) -> Tensor:
+        """Fill ``.grad`` of the ``requires_grad`` Tensors this one depends on (see funcgrad.autograd)."""
+        from funcgrad.autograd import backward
+        return backward(self, gradient)  # type: ignore[arg-type]
+
+    def detach(self) -> Tensor:
+        """The same value, cut off from gradients (``backward`` and the transforms see a constant)."""
+        from funcgrad.transforms.custom import stop_gradient
+        result: Tensor = stop_gradient(self)
+        return result
+
+    @staticmethod
+    def train(mode: bool = True) -> Any:
+        """``with Tensor.train(): ...`` (tinygrad/PyTorch style training mode)."""
+        from funcgrad.autograd import train
+        return train(mode)
+
     def schedule(self) -> list[Any]:
         """The kernels realizing this Tensor would run (compiled, not run); [] if already computed.
 
@@ -369,3 +386,14 @@ _NOT_COPIED = {"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__
 for _name, _member in vars(TensorMethods).items():
     if _name not in _NOT_COPIED:
         setattr(Tensor, _name, _member)
+
+
+class _TrainingFlag:
+    """``Tensor.training``: read-only class attribute backed by funcgrad.autograd."""
+
+    def __get__(self, instance: Any, owner: Any = None) -> bool:
+        from funcgrad.autograd import is_training
+        return is_training()
+
+
+Tensor.training = _TrainingFlag()  # type: ignore[attr-defined]
