@@ -589,9 +589,13 @@ def render_llvm(kernel: Kernel) -> str:
     return _module(kernel, builder)
 
 
-def _store_outputs(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[str]) -> None:
-    position = builder.value(flat_index([var(name) for name in global_vars], kernel.shape)) \
-        if kernel.shape else "0"
+def _store_outputs(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[str], mid: str | None = None,
+                   row: int = 0) -> None:
+    """Store every output at the current loop position (or, in a row block, at row ``mid + row``)."""
+    indices = [var(name) for name in global_vars]
+    if mid is not None and row:
+        indices = [substitute(e, mid, row) for e in indices]
+    position = builder.value(flat_index(indices, kernel.shape)) if kernel.shape else "0"
     for number, (expr, aval) in enumerate(zip(kernel.outputs, kernel.out_avals)):
         if expr.dtype != aval.dtype:
             raise ValueError(f"output {number} is computed as {expr.dtype.name} but stored as {aval.dtype.name}")
@@ -751,27 +755,11 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
         builder.acc_value = builder.narrow_from_float(final, acc_dtype) if op_class(acc_dtype) == "h" else final
         shifted = kernel if mid is None or row == 0 else attrs.evolve(
             kernel, outputs=tuple(substitute(e, mid, row) for e in kernel.outputs))
-        _store_outputs_at(builder, shifted, global_vars, mid, row)
+        _store_outputs(builder, shifted, global_vars, mid, row)
     builder.close_loop(out)
     builder.cache = dict(saved)
     builder.acc_value = None
     del builder.var_names[last]
-
-
-def _store_outputs_at(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[str], mid: str | None,
-                      row: int) -> None:
-    """``_store_outputs`` for the output row ``mid + row``."""
-    indices = [var(name) for name in global_vars]
-    if mid is not None and row:
-        indices = [substitute(e, mid, row) for e in indices]
-    position = builder.value(flat_index(indices, kernel.shape))
-    for number, (expr, aval) in enumerate(zip(kernel.outputs, kernel.out_avals)):
-        value = builder.value(expr)
-        if op_class(aval.dtype) == "b":
-            value = builder.instantiate("{out} = zext i1 {x} to i8", x=value)
-        pointer = builder.instantiate("{out} = getelementptr inbounds {t}, ptr %out{n}, i64 {i}",
-                                      t=memory_type(aval.dtype), n=number, i=position)
-        builder.emit(f"store {memory_type(aval.dtype)} {value}, ptr {pointer}")
 
 
 def _module(kernel: Kernel, builder: _FunctionBuilder) -> str:
