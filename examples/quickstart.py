@@ -1,8 +1,8 @@
 """A short tour of funcgrad: lazy Tensors, funcgrad.numpy, the IR, pytrees and random keys.
 
 Run it with `python3 examples/quickstart.py` after `python3 -m pip install -e .`.
-Every computation here runs in funcgrad's NumPy reference interpreter for now; the printed values
-are checked against NumPy where that is easy, so the tour doubles as a smoke test.
+Every computation here runs as compiled, fused kernels (LLVM on the CPU); the printed values are
+checked against NumPy where that is easy, so the tour doubles as a smoke test.
 """
 
 import numpy as np
