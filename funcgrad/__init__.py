@@ -10,6 +10,7 @@
 """
 
 from funcgrad import tree
+from funcgrad.devices import Device, device_put, devices
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, ShapedArray
 from funcgrad.ir.tracing import ConcretizationError, EscapedTracerError, TracerError
@@ -30,7 +31,8 @@ remat = checkpoint
 __version__ = "0.1.0"
 
 __all__ = [
-    "Array", "ConcretizationError", "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
+    "Array", "ConcretizationError", "Device", "device_put", "devices",
+    "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
     "checkpoint", "custom_jvp", "custom_vjp", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
     "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",
     "value_and_grad", "vjp", "vmap",

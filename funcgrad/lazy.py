@@ -3,8 +3,14 @@
 Nothing runs when an operation is applied outside a trace: the result is a ``LazyBuffer`` that
 remembers the primitive and its sources. ``realize`` gathers the pending graph behind the buffers
 asked for, turns it into an IR whose inputs are the already-realized buffers, and runs that IR
-(through the NumPy reference interpreter until the compiler lands). Realized buffers forget their
-graph so memory is freed as soon as no Tensor needs it.
+through a compiled plan on the buffers' device. Realized buffers forget their graph so memory is
+freed as soon as no Tensor needs it.
+
+Placement: every buffer names its device. A buffer placed by the user (``Tensor(..., device=)``,
+``Tensor.to``, ``fg.device_put``) is *committed*; one created without a device is not, and follows
+the committed operands it meets (as in JAX). An operation on buffers committed to different
+devices raises ``DeviceMismatchError``: values never move between devices unless asked. Realized
+values are host NumPy arrays whatever the device; a device plan copies them in once per run.
 """
 
 from __future__ import annotations
@@ -15,9 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.devices import Device
 from funcgrad.ir.core import IR, Eqn, ShapedArray, Var
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.ir.primitives import Primitive
+
+
+class DeviceMismatchError(ValueError):
+    """Operands committed to different devices met in one operation."""
 
 USE_COMPILER = True  # False: evaluate with the reference interpreter (the test oracle)
 
@@ -37,29 +48,49 @@ class LazyOp:
 class LazyBuffer:
     """An array that is either realized (``array`` set) or pending (``op`` set)."""
 
-    __slots__ = ("aval", "op", "array", "__weakref__")
+    __slots__ = ("aval", "op", "array", "device", "committed", "__weakref__")
 
-    def __init__(self, aval: ShapedArray, op: LazyOp | None = None, array: np.ndarray | None = None) -> None:
+    def __init__(self, aval: ShapedArray, op: LazyOp | None = None, array: np.ndarray | None = None,
+                 device: str | None = None, committed: bool = False) -> None:
         self.aval = aval
         self.op = op
         self.array = array
+        self.device = Device.DEFAULT if device is None else device
+        self.committed = committed
 
     @staticmethod
-    def from_array(array: np.ndarray) -> LazyBuffer:
+    def from_array(array: np.ndarray, device: str | None = None, committed: bool = False) -> LazyBuffer:
         array.flags.writeable = False  # Tensors are immutable; their buffers are shared freely
-        return LazyBuffer(ShapedArray(array.shape, array.dtype), array=array)
+        return LazyBuffer(ShapedArray(array.shape, array.dtype), array=array, device=device, committed=committed)
 
     @staticmethod
     def pending(primitive: Primitive, params: dict[str, Any], sources: Sequence[LazyBuffer],
                 out_avals: Sequence[ShapedArray]) -> list[LazyBuffer]:
+        device, committed = placement(primitive.name, sources)
         op = LazyOp(primitive, params, sources)
-        outputs = [LazyBuffer(aval, op=op) for aval in out_avals]
+        outputs = [LazyBuffer(aval, op=op, device=device, committed=committed) for aval in out_avals]
         op.outputs = [weakref.ref(b) for b in outputs]
         return outputs
 
     @property
     def realized(self) -> bool:
         return self.array is not None
+
+
+def placement(what: str, sources: Sequence[LazyBuffer]) -> tuple[str, bool]:
+    """(device, committed) of a result of ``what`` applied to ``sources`` (see the module docstring)."""
+    device, committed = None, False
+    for source in sources:
+        if source.committed:
+            if committed and source.device != device:
+                raise DeviceMismatchError(
+                    f"{what}: operands are on different devices ({device} and {source.device}); funcgrad does not "
+                    f"copy between devices silently: move one first, e.g. x.to({device!r}) or "
+                    f"fg.device_put(x, {device!r})")
+            device, committed = source.device, True
+        elif device is None:
+            device = source.device
+    return (Device.DEFAULT if device is None else device), committed
 
 
 def _pending_ops(targets: Sequence[LazyBuffer]) -> list[LazyOp]:
@@ -112,20 +143,32 @@ def graph_to_ir(targets: Sequence[LazyBuffer]) -> tuple[IR, list[LazyBuffer]]:
 
 
 def realize(targets: Sequence[LazyBuffer]) -> None:
-    """Compute every pending buffer in ``targets`` and store its array."""
+    """Compute every pending buffer in ``targets`` and store its array (one plan per device)."""
     pending = [t for t in targets if not t.realized]
+    if not pending:
+        return
+    by_device: dict[str, list[LazyBuffer]] = {}
+    for target in pending:
+        by_device.setdefault(target.device, []).append(target)
+    for device, group in by_device.items():
+        _realize_on(device, group)
+
+
+def _realize_on(device: str, pending: list[LazyBuffer]) -> None:
+    pending = [t for t in pending if not t.realized]  # an earlier group may have computed some
     if not pending:
         return
     op = pending[0].op
     if (USE_COMPILER and op is not None and op.primitive.name == "jit" and all(t.op is op for t in pending)
             and all(s.realized for s in op.sources)):
-        _realize_jit_call(op)  # the common case of a jit call on computed arguments: no graph to build
+        _realize_jit_call(op, device)  # the common case of a jit call on computed arguments: no graph to build
         return
     ir, inputs = graph_to_ir(pending)
     arrays = [b.array for b in inputs if b.array is not None]
     if USE_COMPILER:
+        from funcgrad.devices import get_device
         from funcgrad.lower import run_ir
-        results = run_ir(ir, arrays)
+        results = run_ir(ir, arrays, get_device(device))
     else:
         results = eval_ir(ir, arrays)
     for buffer, array in zip(pending, results):
@@ -134,10 +177,11 @@ def realize(targets: Sequence[LazyBuffer]) -> None:
         buffer.op = None
 
 
-def _realize_jit_call(op: LazyOp) -> None:
+def _realize_jit_call(op: LazyOp, device: str) -> None:
     """Run one jit call whose arguments are computed, with the plan cached for its IR object."""
+    from funcgrad.devices import get_device
     from funcgrad.lower import run_jit
-    results = run_jit(op.params["ir"], [s.array for s in op.sources if s.array is not None])
+    results = run_jit(op.params["ir"], [s.array for s in op.sources if s.array is not None], get_device(device))
     for ref, array in zip(op.outputs, results):
         buffer = ref()
         if buffer is not None:

@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from funcgrad.devices import Device, canonical_name, get_device
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive
 from funcgrad.ir.tracing import ConcretizationError, IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.lazy import LazyBuffer, realize
-
-DEFAULT_DEVICE = "CPU"
 
 
 def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
@@ -57,6 +56,13 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
     return np.array(array, dtype=dtype, copy=True)
 
 
+def _usable_device(device: Any) -> str:
+    """The canonical name of ``device`` (a name, or a device object), after checking it can run here."""
+    name = canonical_name(device if isinstance(device, str) else getattr(device, "name", device))
+    get_device(name)  # raises DeviceUnavailableError listing the usable devices and the reason
+    return name
+
+
 if TYPE_CHECKING:  # the methods are attached by tensor_methods.py (it needs funcgrad.numpy, which needs us)
     from funcgrad.tensor_methods import TensorMethods as _Methods
 else:
@@ -76,13 +82,12 @@ class Tensor(_Methods):
 
     def __init__(self, data: Any, dtype: Any = None, device: str | None = None,
                  requires_grad: bool | None = None) -> None:
-        if device is not None and device.upper() != DEFAULT_DEVICE:
-            raise ValueError(f"device {device!r} is not available; available devices: {DEFAULT_DEVICE}")
         if isinstance(data, Tensor):
             source = data if dtype is None else data.astype(dtype)
-            self._data: LazyBuffer | Tracer = source._data
+            self._data: LazyBuffer | Tracer = (source if device is None else source.to(device))._data
         else:
-            self._data = LazyBuffer.from_array(_canonical_numpy(data, dtype))
+            placed = None if device is None else _usable_device(device)
+            self._data = LazyBuffer.from_array(_canonical_numpy(data, dtype), placed, committed=placed is not None)
         self._weak = False
         self._requires_grad: bool | None = None
         self.requires_grad = requires_grad
@@ -132,7 +137,26 @@ class Tensor(_Methods):
 
     @property
     def device(self) -> str:
-        return DEFAULT_DEVICE
+        """The name of the device this value lives on (``Device.DEFAULT`` for a traced value)."""
+        return self._data.device if isinstance(self._data, LazyBuffer) else Device.DEFAULT
+
+    def to(self, device: str) -> Tensor:
+        """This value on ``device`` (committed there: operations with values committed elsewhere
+        raise). A pending value is computed on its current device first; traced values pass through.
+
+        >>> Tensor([1.0]).to("CPU").device
+        'CPU'
+        """
+        target = _usable_device(device)
+        data = self._data
+        if isinstance(data, Tracer):
+            return self
+        if data.device == target and data.committed:
+            return self
+        realize([data])
+        assert data.array is not None
+        moved = Tensor._wrap(LazyBuffer(data.aval, array=data.array, device=target, committed=True), self._weak)
+        return moved
 
     @property
     def is_traced(self) -> bool:

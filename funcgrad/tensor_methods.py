@@ -273,15 +273,16 @@ class TensorMethods:
         >>> len((a.reshape(4, 1, 4) * b.T.reshape(1, 4, 4)).sum(axis=2).schedule())   # the seed's matmul
         1
         """
+        from funcgrad.devices import get_device
         from funcgrad.lazy import LazyBuffer, graph_to_ir
-        from funcgrad.lower import compile_plan, default_device
+        from funcgrad.lower import compile_plan
         data = self._data  # type: ignore[attr-defined]
         if not isinstance(data, LazyBuffer):
             raise TypeError("schedule() needs a concrete (lazy) Tensor, not a traced one")
         if data.realized:
             return []
         ir, _ = graph_to_ir([data])
-        return compile_plan(ir, default_device()).kernel_infos()
+        return compile_plan(ir, get_device(data.device)).kernel_infos()
 
     def neg(self) -> Tensor:
         return fnp.negative(self)

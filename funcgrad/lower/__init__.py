@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -17,25 +16,23 @@ from funcgrad.ir.core import IR
 from funcgrad.lower.plan import Device, Plan, ReferenceDevice, compile_plan
 from funcgrad.lower.plan import run_ir as _run_ir_on
 
-_default: Device | None = None
-
-
 def default_device() -> Device:
-    """The device lazy Tensors and jit run on: ``DEVICE`` if set, else the CPU (LLVM)."""
-    global _default
-    if _default is None:
-        name = os.environ.get("DEVICE", "CPU").upper()
-        if name == "REFERENCE":
-            _default = ReferenceDevice()
-        else:
-            from funcgrad.devices.cpu import CPUDevice
-            _default = CPUDevice()
-    return _default
+    """The device lazy Tensors and jit run on by default: ``Device.DEFAULT`` from the registry
+    (``$DEVICE`` if set, else the best available; see ``funcgrad.devices``)."""
+    from funcgrad.devices import get_device
+    device: Device = get_device(None)
+    return device
 
 
-def set_default_device(device: Device) -> None:
-    global _default
-    _default = device
+def set_default_device(device: Device | str) -> None:
+    """Make ``device`` (a registered name, or a device object, which is registered under its name) the default."""
+    from funcgrad.devices import Device as Registry
+    from funcgrad.devices import register_device
+    if not isinstance(device, str):
+        instance = device
+        register_device(instance.name, lambda: instance, lambda: (True, "set as the default"))
+        device = instance.name
+    Registry.DEFAULT = device
 
 
 def run_ir(ir: IR, args: Sequence[np.ndarray], device: Device | None = None) -> list[np.ndarray]:
