@@ -388,8 +388,18 @@ def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:
     terms = _affine(x)
     if terms is None:
         return node
-    multiple: dict[KExpr | None, int] = {k: v // n for k, v in terms.items() if k is not None and v % n == 0}
-    rest = {k: v for k, v in terms.items() if k is None or v % n != 0}
+    # split positive coefficients into a multiple of n and a remainder: (k*(n+d) + j) % n == (k*d + j) % n
+    # for non-negative atoms (the window views of convolutions and pooling read rows this way)
+    multiple: dict[KExpr | None, int] = {}
+    rest: dict[KExpr | None, int] = {None: terms.get(None, 0)}
+    for atom, coef in terms.items():
+        if atom is None:
+            continue
+        whole, part = divmod(coef, n) if coef > 0 or coef % n == 0 else (0, coef)
+        if whole:
+            multiple[atom] = whole
+        if part:
+            rest[atom] = part
     rest_const = rest.get(None, 0)
     # move whole multiples of n out of the constant
     multiple_const, rest[None] = divmod(rest_const, n)

@@ -556,7 +556,7 @@ def _class_losses(log_probs: Tensor, labels: Tensor, label_smoothing: float, ign
                   name: str) -> tuple[Tensor, Tensor]:
     """Per-example smoothed negative log-likelihoods of integer ``labels`` (classes on the last axis of
     ``log_probs``) and the float mask of examples whose label is not ``ignore_index``."""
-    if not dtypes.is_integer(labels.dtype):
+    if not dtypes.is_int(labels.dtype):
         raise TypeError(f"{name}: class targets must be integers, got dtype {labels.dtype.name}")
     if labels.shape != log_probs.shape[:-1]:
         raise ValueError(f"{name}: targets of shape {labels.shape} do not match logits of shape "
@@ -708,7 +708,7 @@ def scaled_dot_product_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, mask:
 def embedding(indices: ArrayLike, weight: ArrayLike) -> Tensor:
     """Rows of ``weight`` (num_embeddings, dim) picked by integer ``indices``: shape indices.shape + (dim,)."""
     indices, weight = fnp.asarray(indices), fnp.asarray(weight)
-    if not dtypes.is_integer(indices.dtype):
+    if not dtypes.is_int(indices.dtype):
         raise TypeError(f"embedding: indices must be integers, got dtype {indices.dtype.name}")
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be (num_embeddings, dim), got shape {weight.shape}")
