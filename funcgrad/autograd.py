@@ -6,6 +6,10 @@ reverse mode runs on that IR with the transforms' own rules (``funcgrad.vjp``), 
 with respect to the inputs that belong to Tensors with ``requires_grad=True``. So
 ``backward()`` must come before the loss's value is read: reading it computes (and forgets) the
 graph.
+
+Inside a trace (a jitted training step) the loss is a tracer: ``backward()`` then slices the
+running trace's equations from the traced ``requires_grad`` Tensors to the loss into a sub-IR,
+differentiates that with ``vjp`` and records the gradients into the same trace.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from funcgrad.ir import dtypes
+from funcgrad.ir.core import IR, Var
+from funcgrad.ir.tracing import IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.lazy import LazyBuffer, graph_to_ir, realize
 from funcgrad.tensor import GRAD_LEAVES, Tensor, evaluate
 
@@ -43,14 +49,14 @@ def backward(loss: Tensor, gradient: Any = None) -> Tensor:
     that ``loss`` depends on. ``gradient`` defaults to 1 (``loss`` must then be a scalar)."""
     from funcgrad.transforms.ad import vjp
     data = loss._data
-    if not isinstance(data, LazyBuffer):
-        raise TypeError("backward() works on concrete Tensors; inside transformations use fg.grad")
+    if gradient is None and loss.shape != ():
+        raise ValueError(f"backward() without a gradient needs a scalar loss, got shape {loss.shape}")
+    if isinstance(data, Tracer):
+        return _traced_backward(loss, data, gradient)
     if data.realized:
         raise RuntimeError("backward() needs the computation that produced this Tensor, but its value was "
                            "already computed (by .item(), .numpy(), print, ...), which discards it; call "
                            "backward() first")
-    if gradient is None and loss.shape != ():
-        raise ValueError(f"backward() without a gradient needs a scalar loss, got shape {loss.shape}")
     leaves = {id(t._data): t for t in list(GRAD_LEAVES.values()) if t.requires_grad}
     buffers = [t._data for t in leaves.values() if isinstance(t._data, LazyBuffer)]
     realize([b for b in buffers if not b.realized])  # the leaves become inputs of the graph
@@ -73,3 +79,64 @@ def backward(loss: Tensor, gradient: Any = None) -> Tensor:
         leaf = by_buffer[id(inputs[i])]
         leaf.grad = grad if leaf.grad is None else leaf.grad + grad
     return loss
+
+
+def _traced_backward(loss: Tensor, data: Tracer, gradient: Any) -> Tensor:
+    """``backward()`` of a traced loss: differentiate the slice of the running trace between the
+    traced ``requires_grad`` leaves and the loss, recording the gradients into that trace."""
+    from funcgrad.transforms.ad import vjp
+    check_alive(data)
+    builder = data.builder
+    if builder is not current_builder():
+        raise RuntimeError(f"backward() on a value of the {builder.label} trace while an inner trace runs; "
+                           "call backward() in the function that computed the loss")
+    leaves: dict[int, Tensor] = {}  # var id -> leaf; one leaf per var (the first Tensor holding it)
+    for t in list(GRAD_LEAVES.values()):
+        leaf_data = t._data
+        if (t.requires_grad and isinstance(leaf_data, Tracer) and leaf_data.builder is builder
+                and dtypes.is_float(leaf_data.aval.dtype)):
+            leaves.setdefault(leaf_data.var.id, t)
+    sub_ir, wrt, free = _slice(builder, [leaves[i]._data.var for i in leaves], data.var)  # type: ignore[union-attr]
+    if not wrt:
+        raise RuntimeError("backward(): no Tensor this value depends on has requires_grad=True (inside jit, "
+                           "pass the model and optimiser as arguments so their Tensors are traced)")
+    free_values = [Tensor._wrap(Tracer(builder, v)) for v in free]
+
+    def from_leaves(*values: Tensor) -> Any:
+        return evaluate(sub_ir, *values, *free_values)[0]
+
+    _, pullback = vjp(from_leaves, *(Tensor._wrap(Tracer(builder, v)) for v in wrt))
+    seed = np.ones((), loss.dtype)[()] if gradient is None else gradient
+    for var, grad in zip(wrt, pullback(seed)):
+        leaf = leaves[var.id]
+        leaf.grad = grad if leaf.grad is None else leaf.grad + grad
+    return loss
+
+
+def _slice(builder: IRBuilder, leaf_vars: list[Var], target: Var) -> tuple[IR, list[Var], list[Var]]:
+    """The equations of ``builder`` on a path from ``leaf_vars`` to ``target``, as an IR taking
+    (the leaves it uses, then every other value it reads) and returning ``target``."""
+    leaf_ids = {v.id for v in leaf_vars}
+    depends = set(leaf_ids)
+    on_path = []
+    for eqn in builder.eqns:  # forward: which values depend on a leaf (leaves cut the graph, as in PyTorch)
+        if any(isinstance(a, Var) and a.id in depends for a in eqn.inputs) and \
+                not any(v.id in leaf_ids for v in eqn.outputs):
+            depends.update(v.id for v in eqn.outputs)
+            on_path.append(eqn)
+    needed, kept = {target.id}, []
+    for eqn in reversed(on_path):  # backward: which of those the target needs
+        if any(v.id in needed for v in eqn.outputs):
+            kept.append(eqn)
+            needed.update(a.id for a in eqn.inputs if isinstance(a, Var))
+    kept.reverse()
+    wrt = [v for v in leaf_vars if v.id in needed]
+    defined = {v.id for v in wrt} | {v.id for eqn in kept for v in eqn.outputs}
+    free: dict[int, Var] = {}
+    for eqn in kept:
+        for a in eqn.inputs:
+            if isinstance(a, Var) and a.id not in defined:
+                free.setdefault(a.id, a)
+    if target.id not in defined:  # the loss does not depend on a leaf
+        return IR(wrt, [], [target]), [], []
+    return IR(wrt + list(free.values()), kept, [target]), wrt, list(free.values())

@@ -7,6 +7,13 @@ op, realized by the evaluator of the day (the reference interpreter now, compile
 compiler lands: the semantics stay). Inside a trace it is one equation holding the IR, so
 ``grad(jit(f))`` differentiates the inner IR and the derivative stays inside jit calls: the rules
 below transform the sub-IR (jvp, partial evaluation, transposition, batching).
+
+Stateful steps (``opt.zero_grad(); loss.backward(); opt.step()`` on a model and an optimiser passed
+as arguments) work by tracing on the caller's own objects: each Tensor leaf of the arguments gets a
+tracer swapped into it for the trace (and its value restored after), so Tensors shared between
+arguments stay shared. A Tensor whose value (``_data``) or ``.grad`` was replaced during the call is
+*written back*: its final value is an extra output of the traced IR, stored into that same Tensor
+object on every call. A function that mutates nothing has no extra outputs.
 """
 
 from __future__ import annotations
@@ -14,21 +21,42 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from funcgrad import tree
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.higher_order import jit_p, open_ir
 from funcgrad.ir.simplify import simplify
+from funcgrad.ir.tracing import new_trace
 from funcgrad.lazy import LazyBuffer, realize
-from funcgrad.tensor import Tensor, bind
-from funcgrad.trace import argument_names, leaf_aval, trace_flat
+from funcgrad.tensor import Tensor, _atom_for, bind
+from funcgrad.trace import argument_names, as_output, leaf_aval
 from funcgrad.transforms.ad import as_tensor
 from funcgrad.transforms.batching import batch_rules, vmap_ir
 from funcgrad.transforms.jvp import instantiate, jvp_ir, jvp_rules
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
 from funcgrad.transforms.transpose import is_undefined, transpose_ir, transpose_rules
+
+
+class WriteBack(NamedTuple):
+    """What a traced call replaced in its argument Tensors, by flat leaf index: ``values``, the
+    Tensors whose value was swapped (one extra output each, in order), then ``grads``, those whose
+    ``.grad`` was set (``True``: one extra output) or reset to None (``False``)."""
+
+    values: tuple[int, ...]
+    grads: tuple[tuple[int, bool], ...]
+
+    def apply(self, leaves: Sequence[Any], extras: Sequence[Tensor]) -> None:
+        """Store the extra outputs of one call into the caller's Tensors."""
+        new = iter(extras)
+        for index in self.values:
+            leaves[index]._data = next(new)._data
+        for index, has_value in self.grads:
+            leaves[index].grad = next(new) if has_value else None
+
+
+Entry = tuple[IR, Any, list[Any], WriteBack | None]  # (open IR, output tree, consts, write-back)
 
 
 class Jitted:
@@ -43,8 +71,8 @@ class Jitted:
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.trace_count = 0
-        self._cache: dict[Any, tuple[IR, Any, list[Any]]] = {}
-        self._simple_cache: dict[Any, tuple[IR, Any, list[Any]]] = {}  # keyed by argument types only
+        self._cache: dict[Any, Entry] = {}
+        self._simple_cache: dict[Any, Entry] = {}  # keyed by argument types only
         self._last_key: Any = None
         # copy the name and docstring only: updating __dict__ would copy the state of a wrapped Jitted
         functools.update_wrapper(self, fn, updated=())
@@ -90,8 +118,8 @@ class Jitted:
             self._simple_cache[tuple((a._data.aval, a._weak) for a in args)] = entry
         return self._call(entry, [as_tensor(leaf) for leaf in leaves])
 
-    def _call(self, entry: tuple[IR, Any, list[Any]], leaves: list[Tensor]) -> Any:
-        ir, out_tree, consts = entry
+    def _call(self, entry: Entry, leaves: list[Tensor]) -> Any:
+        ir, out_tree, consts, write_back = entry
         operands = consts + leaves
         # a jit call is a compilation boundary: compute pending arguments once, so repeated calls on
         # them replay the cached plan instead of recomputing their graphs
@@ -100,16 +128,19 @@ class Jitted:
         if pending:
             realize(pending)
         outs = bind(jit_p, *operands, ir=ir, name=self.name)
+        if write_back is not None:
+            write_back.apply(leaves, outs[out_tree.num_leaves:])
+            outs = outs[:out_tree.num_leaves]
         return tree.unflatten(out_tree, list(outs))
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """The traced IR and its compiled plan for these arguments, without running anything (as
         JAX's ``jit(f).lower(x)``): ``.ir``, ``.kernels`` (name, device, source) and ``.compile()``."""
-        (ir, out_tree, consts), _, _ = self._trace(args, kwargs)
-        return Lowered(self, ir, out_tree, consts)
+        (ir, out_tree, consts, write_back), _, _ = self._trace(args, kwargs)
+        return Lowered(self, ir, out_tree, consts, write_back)
 
     def _trace(self, args: tuple[Any, ...],
-               kwargs: dict[str, Any]) -> tuple[tuple[IR, Any, list[Any]], list[Any], bool]:
+               kwargs: dict[str, Any]) -> tuple[Entry, list[Any], bool]:
         """The (open IR, output tree, consts) for this signature, tracing on a miss; the flat
         dynamic argument leaves; and whether the entry is cached (closures over another trace's
         values are not)."""
@@ -122,9 +153,11 @@ class Jitted:
             names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in
                                                           {n % len(args) for n in self.static_argnums}], dynamic[1])
             self._explain_retrace(key, names)
-            traced, out_tree = trace_flat(call_with, avals, in_tree, f"jit({self.name})", names)
+            traced, out_tree, write_back, grads_in = _trace_in_place(call_with, dynamic, leaves, avals, in_tree,
+                                                                     f"jit({self.name})", names)
             traced = simplify(traced)
-            entry = (open_ir(traced), out_tree, list(traced.consts))
+            _check_no_outside_grads(traced, grads_in, self.name)
+            entry = (open_ir(traced), out_tree, list(traced.consts), write_back)
             self.trace_count += 1
             if not any(isinstance(c, Tensor) and c.is_traced for c in traced.consts):
                 self._cache[key] = entry  # closures over another trace's values cannot be reused
@@ -149,8 +182,10 @@ class Jitted:
 class Lowered:
     """A jit function lowered for one signature: its IR (consts as leading inputs) and kernels."""
 
-    def __init__(self, jitted: Jitted, ir: IR, out_tree: Any, consts: list[Any]) -> None:
+    def __init__(self, jitted: Jitted, ir: IR, out_tree: Any, consts: list[Any],
+                 write_back: WriteBack | None = None) -> None:
         self.jitted, self.ir, self.out_tree, self.consts = jitted, ir, out_tree, consts
+        self.write_back = write_back
 
     @property
     def kernels(self) -> list[Any]:
@@ -183,8 +218,66 @@ class Compiled:
             raise TypeError("this compiled function was lowered for other argument types: "
                             f"{[str(a) for a in self.lowered.ir.in_avals[len(self.lowered.consts):]]}")
         arrays = [np.asarray(c) for c in self.lowered.consts] + [np.asarray(x) for x in leaves]
-        outs = self.plan.run(arrays)
-        return tree.unflatten(self.lowered.out_tree, [Tensor(o, dtype=o.dtype) for o in outs])
+        outs = [Tensor(o, dtype=o.dtype) for o in self.plan.run(arrays)]
+        n = self.lowered.out_tree.num_leaves
+        if self.lowered.write_back is not None:
+            self.lowered.write_back.apply(leaves, outs[n:])
+        return tree.unflatten(self.lowered.out_tree, outs[:n])
+
+
+def _trace_in_place(fn: Callable[..., Any], dynamic: Any, leaves: list[Any], avals: list[Any], in_tree: Any,
+                    label: str, names: list[str]) -> tuple[IR, Any, WriteBack | None, list[Tensor]]:
+    """Trace ``fn(args, kwargs)`` on the caller's own objects, with a tracer swapped into each Tensor
+    leaf (restored afterwards). Returns the IR (outputs, then the values and grads to write back),
+    the output tree, the write-back (None if nothing was replaced) and the ``.grad`` values the
+    arguments had on entry (a trace must not read them: they would be baked in as constants)."""
+    with new_trace(label) as builder:
+        tracers = [builder.new_input(aval) for aval, _ in avals]
+        builder.input_names.update((t.var.id, n) for t, n in zip(tracers, names))
+        saved: dict[int, tuple[int, Tensor, Any, Any]] = {}  # id -> (first leaf index, Tensor, value, grad)
+        traced_leaves = []
+        for index, (leaf, tracer, (_, weak)) in enumerate(zip(leaves, tracers, avals)):
+            if isinstance(leaf, Tensor):
+                if id(leaf) not in saved:
+                    saved[id(leaf)] = (index, leaf, leaf._data, leaf.grad)
+                    leaf._data = tracer
+                traced_leaves.append(leaf)
+            else:
+                traced_leaves.append(Tensor._wrap(tracer, weak=weak))
+        try:
+            args, kwargs = tree.unflatten(in_tree, traced_leaves)
+            # an argument whose leaves are all Tensors is passed as the caller's object itself
+            args = tuple(a if _all_tensors(a) else b for a, b in zip(dynamic[0], args))
+            kwargs = {k: dynamic[1][k] if _all_tensors(dynamic[1][k]) else v for k, v in kwargs.items()}
+            out_leaves, out_tree = tree.flatten(fn(args, kwargs))
+            atoms = [_atom_for(builder, as_output(leaf)) for leaf in out_leaves]
+            replaced = [(i, t) for i, t, _, _ in saved.values() if t._data is not tracers[i]]
+            regraded = [(i, t.grad) for i, t, _, grad in saved.values() if t.grad is not grad]
+            atoms += [_atom_for(builder, t) for _, t in replaced]
+            atoms += [_atom_for(builder, as_output(grad)) for _, grad in regraded if grad is not None]
+            ir = builder.build(atoms)
+        finally:
+            for _, tensor, data, grad in saved.values():
+                tensor._data, tensor.grad = data, grad
+    write_back = WriteBack(tuple(i for i, _ in replaced), tuple((i, g is not None) for i, g in regraded)) \
+        if replaced or regraded else None
+    return ir, out_tree, write_back, [grad for _, _, _, grad in saved.values() if grad is not None]
+
+
+def _all_tensors(arg: Any) -> bool:
+    arg_leaves = tree.leaves(arg)
+    return bool(arg_leaves) and all(isinstance(leaf, Tensor) for leaf in arg_leaves)
+
+
+def _check_no_outside_grads(traced: IR, grads_in: list[Tensor], name: str) -> None:
+    """A traced step must not read a ``.grad`` computed before the call (the usual cause: calling
+    ``backward()`` without ``zero_grad()`` first)."""
+    incoming = {id(g._data) for g in grads_in}
+    if any(isinstance(c, Tensor) and id(c._data) in incoming for c in traced.consts):
+        raise RuntimeError(f"jit({name}): the function read a .grad that was computed before this call (e.g. "
+                           "backward() accumulating into it), which would be frozen into the compiled step as a "
+                           "constant; call opt.zero_grad() before backward() inside the jitted function, or set "
+                           "the .grad of its arguments to None before calling it")
 
 
 def jit(fn: Callable[..., Any] | None = None, *, static_argnums: int | Sequence[int] = (),
@@ -192,6 +285,16 @@ def jit(fn: Callable[..., Any] | None = None, *, static_argnums: int | Sequence[
     """Trace ``fn`` once per input signature and run it as one compiled unit.
 
     Usable as ``jit(f)``, ``@jit`` or ``@jit(static_argnums=1)``.
+
+    Stateful steps work: Tensors of the arguments whose value or ``.grad`` the function replaces
+    (``optimizer.step()``, batch-norm running statistics, ``loss.backward()``) get their new values
+    written back after every call, as if the function had run eagerly; objects shared between the
+    arguments (an optimiser's parameters are the model's) stay shared. Other ways of keeping traced
+    values (a global, a new attribute) raise ``EscapedTracerError`` when the value is used later.
+
+    >>> @jit
+    ... def train_step(model, opt, x, y):
+    ...     opt.zero_grad(); loss = loss_fn(model(x), y); loss.backward(); opt.step(); return loss
 
     >>> f = jit(lambda x: x * 2 + 1); f(fnp.ones(3)).tolist(); f.trace_count   # [3.0, 3.0, 3.0], 1
     """
