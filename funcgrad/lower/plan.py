@@ -5,6 +5,12 @@
 the host steps with their NumPy reference implementations. Plans are cached by the IR's structure
 (its printed form), so realizing the same graph shape twice, or calling a jit function again,
 reuses the compiled kernels.
+
+Plans are cached per (device, IR). A device that keeps values in its own memory (``resident =
+True``, e.g. OpenCL) also provides ``upload(array)``, ``allocate(aval)``, ``download(buffer,
+aval)`` and kernels with ``launch(input_buffers, output_buffers)``: its plan copies the inputs in
+once, keeps intermediates on the device, downloads only what a host step reads and the outputs.
+A device with ``compile_many(kernels)`` compiles a plan's kernels together (one OpenCL program).
 """
 
 from __future__ import annotations
@@ -66,8 +72,12 @@ class Plan:
         self.ir = inline_calls(ir)  # the outputs of calls are renamed when their bodies are inlined
         self.device = device
         self.steps: list[Step] = schedule(self.ir)
-        self.compiled = {id(step): device.compile(step.kernel) for step in self.steps if isinstance(step, KernelStep)}
-        self.kernels = [step.kernel for step in self.steps if isinstance(step, KernelStep)]
+        kernel_steps = [step for step in self.steps if isinstance(step, KernelStep)]
+        self.kernels = [step.kernel for step in kernel_steps]
+        compile_many = getattr(device, "compile_many", None)
+        compiled = compile_many(self.kernels) if compile_many is not None else [device.compile(k) for k in self.kernels]
+        self.compiled = {id(step): kernel for step, kernel in zip(kernel_steps, compiled)}
+        self.resident = bool(getattr(device, "resident", False))
         self.release_after = _last_uses(self.ir, self.steps)
         if debug_level() >= 3:
             for kernel in self.kernels:
@@ -78,6 +88,8 @@ class Plan:
         return [KernelInfo(k.name, self.device.name, render(k), k) for k in self.kernels]
 
     def run(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        if self.resident:
+            return self._run_resident(args, consts)
         env: dict[int, np.ndarray] = {}
         for var, value in zip(self.ir.const_vars, self.ir.consts if consts is None else consts):
             env[var.id] = np.asarray(value)
@@ -110,6 +122,54 @@ class Plan:
             print(f"realized with {len(self.kernels)} kernels, "
                   f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps", file=sys.stderr)
         return [np.asarray(a.value) if isinstance(a, Literal) else env[a.id] for a in self.ir.outputs]
+
+
+    def _run_resident(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None) -> list[np.ndarray]:
+        """``run`` for a device with its own memory: ``host`` and ``on_device`` hold each value
+        where it is; a value crosses over once, when a step on the other side first needs it."""
+        device: Any = self.device
+        host: dict[int, np.ndarray] = {}
+        on_device: dict[int, Any] = {}
+        avals = {}
+        for var, value in zip(self.ir.const_vars, self.ir.consts if consts is None else consts):
+            host[var.id] = np.asarray(value)
+        for var, value in zip(self.ir.in_vars, args):
+            host[var.id] = np.asarray(value)
+
+        def to_device(var: Any) -> Any:
+            if var.id not in on_device:
+                on_device[var.id] = device.upload(np.ascontiguousarray(host[var.id], var.aval.dtype))
+            return on_device[var.id]
+
+        def to_host(var_id: int) -> np.ndarray:
+            if var_id not in host:
+                host[var_id] = device.download(on_device[var_id], avals[var_id])
+            return host[var_id]
+
+        level = debug_level()
+        for position, step in enumerate(self.steps):
+            started = time.perf_counter() if level >= 2 else 0.0
+            if isinstance(step, KernelStep):
+                outputs = [device.allocate(v.aval) for v in step.outputs]
+                self.compiled[id(step)].launch([to_device(v) for v in step.inputs], outputs)
+                for var, buffer in zip(step.outputs, outputs):
+                    on_device[var.id], avals[var.id] = buffer, var.aval
+                label = step.kernel.name
+            else:
+                for atom in step.eqn.inputs:
+                    if not isinstance(atom, Literal):
+                        to_host(atom.id)
+                label = _run_host(step, host)
+            for var_id in self.release_after[position]:
+                host.pop(var_id, None)
+                on_device.pop(var_id, None)
+            if level >= 2:
+                device.synchronize()
+                print(f"  {label:<40s} {(time.perf_counter() - started) * 1e6:9.1f} us", file=sys.stderr)
+        if level >= 1:
+            print(f"realized with {len(self.kernels)} kernels on {device.name}, "
+                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps", file=sys.stderr)
+        return [np.asarray(a.value) if isinstance(a, Literal) else to_host(a.id) for a in self.ir.outputs]
 
 
 def _last_uses(ir: IR, steps: Sequence[Step]) -> list[list[int]]:
