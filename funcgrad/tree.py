@@ -6,9 +6,10 @@ together with a `TreeDef` that records everything else; `unflatten` puts new lea
 same shape. A TreeDef hashes in O(1) and compares structurally, so jit can use it as a cache key.
 
 Whether an object is a node (a container) or a leaf is decided by its exact type, in this order:
-a class given to `register`/`register_static`; a class with a `__funcgrad_flatten__` hook; a
-namedtuple; a dataclass; an attrs class. tuple, list, dict, OrderedDict and None are registered
-here. Everything else -- arrays, numbers, str, subclasses of list or dict -- is a leaf.
+a class given to `register`/`register_static`; a class with a `__funcgrad_flatten__` hook (and
+optionally `__funcgrad_keys__(aux)` naming its children's path entries); a namedtuple; a dataclass;
+an attrs class. tuple, list, dict, OrderedDict and None are registered here. Everything else --
+arrays, numbers, str, subclasses of list or dict -- is a leaf.
 """
 
 from __future__ import annotations
@@ -133,6 +134,12 @@ def _index_keys(cls: type, aux: Any, n: int) -> list[KeyEntry]:
     return [SequenceKey(i) for i in range(n)]
 
 
+def _hook_keys(cls: type, aux: Any, n: int) -> list[KeyEntry]:
+    # a hook class may name its children (nn.Module gives GetAttrKey('weight')); else indices
+    name_children = getattr(cls, "__funcgrad_keys__", None)
+    return list(name_children(aux)) if name_children is not None else _index_keys(cls, aux, n)
+
+
 def _describe_custom(cls: type, aux: Any, parts: list[str]) -> str:
     shown_aux = "" if aux is None else f"[{aux!r}]"
     return f"{cls.__name__}{shown_aux}({', '.join(parts)})"
@@ -166,7 +173,7 @@ _FIELDS = _NodeKind(
 _STATIC = _NodeKind(lambda obj: ((), obj), lambda cls, aux, ch: aux, _index_keys,
                     lambda cls, aux, parts: repr(aux))
 _HOOK = _NodeKind(lambda obj: obj.__funcgrad_flatten__(),
-                  lambda cls, aux, ch: cls.__funcgrad_unflatten__(aux, ch), _index_keys, _describe_custom)
+                  lambda cls, aux, ch: cls.__funcgrad_unflatten__(aux, ch), _hook_keys, _describe_custom)
 
 _registry: dict[type, _NodeKind] = {
     tuple: _TUPLE, list: _LIST, dict: _DICT, collections.OrderedDict: _ORDERED_DICT, type(None): _NONE,

@@ -1,7 +1,21 @@
-"""funcgrad.nn: the training layer. Today: the stateful optimisers of ``nn.optim`` (used with
-``loss.backward()``). Layers, losses, state and the functional optimiser forms come with the
-training-layer issue."""
+"""funcgrad.nn: the training layer. ``Module`` (a pytree automatically), the layers
+(``Linear``, ``Conv2d``, ``BatchNorm2d``, ...), initialisers (``nn.init``) and the optimisers
+(``nn.optim``).
 
-from funcgrad.nn import optim
+>>> model = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))   # doctest: +SKIP
+>>> grads = fg.grad(lambda m, x, y: loss(m(x), y))(model, x, y)                # doctest: +SKIP
+"""
 
-__all__ = ["optim"]
+from funcgrad.nn import functional as functional
+from funcgrad.nn import init, optim
+from funcgrad.nn.module import Module
+from funcgrad.nn.layers import (
+    AvgPool2d, BatchNorm, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, GELU, GroupNorm, Identity,
+    LayerNorm, Linear, MaxPool2d, ModuleList, ReLU, RMSNorm, Sequential, Sigmoid, SiLU, Tanh,
+)
+
+__all__ = [
+    "AvgPool2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "Conv2d", "Dropout", "Embedding", "Flatten", "GELU",
+    "GroupNorm", "Identity", "LayerNorm", "Linear", "MaxPool2d", "Module", "ModuleList", "RMSNorm", "ReLU",
+    "Sequential", "SiLU", "Sigmoid", "Tanh", "functional", "init", "optim",
+]
