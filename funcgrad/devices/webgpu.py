@@ -1,0 +1,209 @@
+"""The WEBGPU device: kernels rendered to WGSL (funcgrad/lower/render_wgsl.py) and run through wgpu-py.
+
+    Kernel --render_wgsl--> WGSL --(pipeline cache | create_shader_module + compute pipeline)-->
+    pipeline; call: host arrays --storage dtype--> storage buffers --dispatch--> read back --> outputs
+
+Inputs are converted to their storage dtype on the host (bool -> u32, int8 -> i32, float16 -> f32, ...,
+see ``render_wgsl.storage_dtype``) and uploaded; outputs are read back and converted to their dtype.
+Before a launch the buffer sizes are checked against the device's ``max_storage_buffer_binding_size``
+and buffer count against ``max_storage_buffers_per_shader_stage``. A dispatch over more than 65535
+workgroups is split into a 2-D grid. Pipelines are cached by shader source.
+
+The adapter: ``request_adapter_sync(power_preference="high-performance")``, which prefers Vulkan
+(lavapipe on a machine without a GPU) over OpenGL. ``XDG_RUNTIME_DIR`` is pointed at a private
+0700 folder when unset, which silences harmless warnings of the Mesa drivers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad.debug import debug_level
+from funcgrad.lower.kernel import Kernel
+from funcgrad.lower.render_wgsl import WORKGROUP_SIZE, WGSLUnsupportedError, render_wgsl, storage_dtype
+
+__all__ = ["WebGPUDevice", "WebGPUKernel", "WebGPUError", "probe", "MAX_WORKGROUPS_PER_DIMENSION"]
+
+MAX_WORKGROUPS_PER_DIMENSION = 65535
+
+
+class WebGPUError(RuntimeError):
+    """A kernel cannot be compiled or launched on WEBGPU (the message names the kernel, the limit or
+    the device's own compiler message)."""
+
+
+def _quiet_runtime_dir() -> None:
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        folder = os.path.join(tempfile.gettempdir(), f"funcgrad-xdg-{os.getuid()}")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = folder
+
+
+def _request_adapter() -> Any:
+    _quiet_runtime_dir()
+    import wgpu
+    return wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+
+
+def probe() -> tuple[bool, str]:
+    """(usable, reason): can wgpu be imported and give an adapter?"""
+    try:
+        import wgpu  # noqa: F401
+    except ImportError:
+        return False, "wgpu not installed (pip install wgpu)"
+    try:
+        adapter = _request_adapter()
+    except Exception as error:  # noqa: BLE001 - wgpu-native reports a missing driver in several ways
+        return False, f"no WebGPU adapter ({error})"
+    info = adapter.info
+    return True, f"{info.get('device', '?')} via {info.get('backend_type', '?')}"
+
+
+class WebGPUKernel:
+    """A kernel compiled to a compute pipeline; ``compiled(inputs, outputs)`` runs it, writing into
+    the preallocated ``outputs``."""
+
+    def __init__(self, device: WebGPUDevice, kernel: Kernel, source: str, pipeline: Any) -> None:
+        self.device = device
+        self.kernel = kernel
+        self.name = kernel.name
+        self.source = source
+        self.pipeline = pipeline
+        self.size = int(np.prod(kernel.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"WebGPUKernel({self.name})"
+
+    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        import wgpu
+        kernel = self.kernel
+        if len(inputs) != len(kernel.in_avals) or len(outputs) != len(kernel.out_avals):
+            raise ValueError(f"kernel {self.name} takes {len(kernel.in_avals)} inputs and {len(kernel.out_avals)} "
+                             f"outputs, got {len(inputs)} and {len(outputs)}")
+        for role, arrays, avals in (("input", inputs, kernel.in_avals), ("output", outputs, kernel.out_avals)):
+            for number, (array, aval) in enumerate(zip(arrays, avals)):
+                if not isinstance(array, np.ndarray) or array.dtype != aval.dtype \
+                        or array.size != int(np.prod(aval.shape)):
+                    raise ValueError(f"kernel {self.name}: {role} {number} must be a {aval} array, got "
+                                     f"{getattr(array, 'dtype', type(array).__name__)}{getattr(array, 'shape', '')}")
+        if self.size == 0:
+            return
+        gpu = self.device.gpu
+        limit = self.device.max_binding_size
+        for role, avals in (("input", kernel.in_avals), ("output", kernel.out_avals)):
+            for number, aval in enumerate(avals):
+                nbytes = int(np.prod(aval.shape)) * storage_dtype(aval.dtype).itemsize
+                if nbytes > limit:
+                    raise WebGPUError(f"kernel {self.name}: {role} {number} {aval} needs a {nbytes}-byte storage "
+                                      f"buffer, over the device's max_storage_buffer_binding_size of {limit} bytes")
+        buffers = []
+        for array in inputs:
+            data = np.ascontiguousarray(array, dtype=storage_dtype(array.dtype)).reshape(-1)
+            if data.size == 0:  # a binding cannot be empty
+                data = np.zeros(1, data.dtype)
+            buffers.append(gpu.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.STORAGE))
+        results = []
+        for aval in kernel.out_avals:
+            nbytes = max(4, int(np.prod(aval.shape)) * storage_dtype(aval.dtype).itemsize)
+            results.append(gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC))
+        entries = [{"binding": n, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                   for n, b in enumerate(results + buffers)]
+        bind_group = gpu.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=entries)
+        encoder = gpu.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(self.pipeline)
+        compute.set_bind_group(0, bind_group)
+        compute.dispatch_workgroups(*dispatch_grid(self.size))
+        compute.end()
+        gpu.queue.submit([encoder.finish()])
+        for out, buffer, aval in zip(outputs, results, kernel.out_avals):
+            raw = np.frombuffer(gpu.queue.read_buffer(buffer), storage_dtype(aval.dtype))[:out.size]
+            out.reshape(-1)[...] = raw.astype(aval.dtype) if aval.dtype != np.bool_ else raw != 0
+        for buffer in buffers + results:
+            buffer.destroy()
+
+
+def dispatch_grid(size: int) -> tuple[int, int, int]:
+    """Workgroups (x, y, 1) covering ``size`` invocations; 2-D past 65535 groups (the shader
+    computes ``gid.x + gid.y * groups.x * WORKGROUP_SIZE`` and skips positions past the end)."""
+    groups = max(1, math.ceil(size / WORKGROUP_SIZE))
+    if groups <= MAX_WORKGROUPS_PER_DIMENSION:
+        return groups, 1, 1
+    rows = math.ceil(groups / MAX_WORKGROUPS_PER_DIMENSION)
+    return MAX_WORKGROUPS_PER_DIMENSION, rows, 1
+
+
+class WebGPUDevice:
+    """Runs kernels as WGSL compute shaders (see the module docstring).
+
+    >>> device = WebGPUDevice()  # doctest: +SKIP
+    >>> compiled = device.compile(kernel); compiled(inputs, outputs)  # doctest: +SKIP
+    """
+
+    name = "WEBGPU"
+
+    def __init__(self) -> None:
+        try:
+            adapter = _request_adapter()
+        except Exception as error:  # noqa: BLE001
+            raise WebGPUError(f"WEBGPU is not available: no adapter ({error})") from error
+        wanted = ("max_storage_buffer_binding_size", "max_buffer_size", "max_storage_buffers_per_shader_stage")
+        limits = {name: adapter.limits[name.replace("_", "-")] for name in wanted}
+        self.adapter = adapter
+        self.gpu = adapter.request_device_sync(required_limits={k.replace("_", "-"): v for k, v in limits.items()})
+        self.max_binding_size = int(min(limits["max_storage_buffer_binding_size"], limits["max_buffer_size"]))
+        self.max_buffers = int(limits["max_storage_buffers_per_shader_stage"])
+        self.pipelines: dict[str, Any] = {}
+        self.stats = {"compiled": 0, "cached": 0}
+
+    def __repr__(self) -> str:
+        info = self.adapter.info
+        return f"WebGPUDevice({info.get('device', '?')} via {info.get('backend_type', '?')})"
+
+    def render(self, kernel: Kernel) -> str:
+        """The kernel's WGSL source (what ``compile`` compiles and DEBUG=4 prints)."""
+        try:
+            return render_wgsl(kernel)
+        except WGSLUnsupportedError as error:
+            raise WebGPUError(f"kernel {kernel.name} cannot run on WEBGPU: {error}") from error
+        except (ValueError, KeyError) as error:
+            raise WebGPUError(f"kernel {kernel.name} cannot be rendered for WEBGPU: {error}") from error
+
+    def compile(self, kernel: Kernel) -> WebGPUKernel:
+        buffers = len(kernel.in_avals) + len(kernel.out_avals)
+        if buffers > self.max_buffers:
+            raise WebGPUError(f"kernel {kernel.name} needs {buffers} storage buffers, over the device's "
+                              f"max_storage_buffers_per_shader_stage of {self.max_buffers}")
+        source = self.render(kernel)
+        if debug_level() >= 4:
+            print(f"--- WGSL source of kernel {kernel.name} ---\n{source}", file=sys.stderr)
+        pipeline = self.pipelines.get(source)
+        if pipeline is None:
+            pipeline = self._build(kernel, source, buffers)
+            self.pipelines[source] = pipeline
+            self.stats["compiled"] += 1
+        else:
+            self.stats["cached"] += 1
+        return WebGPUKernel(self, kernel, source, pipeline)
+
+    def _build(self, kernel: Kernel, source: str, buffers: int) -> Any:
+        import wgpu
+        outputs = len(kernel.out_avals)
+        layout_entries = [{"binding": n, "visibility": wgpu.ShaderStage.COMPUTE,
+                           "buffer": {"type": wgpu.BufferBindingType.storage if n < outputs
+                                      else wgpu.BufferBindingType.read_only_storage}} for n in range(buffers)]
+        try:
+            module = self.gpu.create_shader_module(code=source)
+            layout = self.gpu.create_pipeline_layout(
+                bind_group_layouts=[self.gpu.create_bind_group_layout(entries=layout_entries)])
+            return self.gpu.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"})
+        except Exception as error:  # noqa: BLE001 - wgpu raises GPUValidationError and friends
+            detail = f"\n{source}" if debug_level() >= 4 else " (DEBUG=4 shows its WGSL source)"
+            raise WebGPUError(f"kernel {kernel.name} failed to compile on WEBGPU: {error}{detail}") from error

@@ -1,0 +1,614 @@
+"""Render a ``Kernel`` (funcgrad/lower/kernel.py) as a WGSL compute shader for the WEBGPU device.
+
+One invocation computes one output element: the flat output position comes from the (up to 2-D)
+dispatch, is split into the global indices ``g0, g1, ...``, runs the reduction loops (if any) and
+stores every output. Buffers are ``array<T>`` storage bindings, outputs first (binding 0, 1, ...).
+
+WGSL is narrower than the kernel IR, so some values change form at the buffer boundary
+(``storage_dtype`` says how; the device converts on the host):
+
+* no 8/16-bit storage: bool is stored as u32 (0/1); int8/int16 as i32, uint8/uint16 as u32 (and
+  computed there, wrapped back to their width after every operation); float16/bfloat16 as f32
+  (computed in f32 and rounded to their precision after every operation, as the reference does);
+* no 64-bit types: float64, int64 and uint64 arrays raise ``WGSLUnsupportedError``. The kernel IR's
+  int64 index arithmetic is rendered in i32; ``check_kernel`` makes sure every size fits.
+
+Integer semantics follow the reference (x / 0 = x % 0 = 0, shifts out of range give 0 or -1,
+wrap-around arithmetic). Floats: lavapipe (Mesa) compiles comparisons as ordered and folds
+``x != x``, so NaN tests and NaN-propagating max/min work on the bits; it folds x / 0.0 to 0, so
+division by a literal zero is written out as IEEE's result; WGSL literals cannot spell infinities,
+so non-finite constants are built from their bits. Subnormals may be flushed to zero. Math the
+WGSL library lacks or gets badly wrong (expm1, log1p, erf, fmod, asin, atan, pow of negative
+bases, ...) is written here from exp/log; tests/test_device_webgpu.py documents the accuracy.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr
+
+__all__ = ["render_wgsl", "storage_dtype", "check_kernel", "WGSLUnsupportedError", "WORKGROUP_SIZE"]
+
+WORKGROUP_SIZE = 64
+MAX_INDEX = 2**31 - 1  # index arithmetic runs in i32
+
+# value type in the shader, and the dtype of the storage buffer on the host side
+_TYPES = {"bool": ("bool", np.uint32), "int8": ("i32", np.int32), "int16": ("i32", np.int32),
+          "int32": ("i32", np.int32), "uint8": ("u32", np.uint32), "uint16": ("u32", np.uint32),
+          "uint32": ("u32", np.uint32), "float16": ("f32", np.float32), "bfloat16": ("f32", np.float32),
+          "float32": ("f32", np.float32)}
+_NARROW_BITS = {"int8": 8, "int16": 16, "uint8": 8, "uint16": 16}
+_ROUNDED = ("float16", "bfloat16")
+
+
+class WGSLUnsupportedError(ValueError):
+    """The kernel uses something WGSL cannot express (64-bit types, sizes beyond i32)."""
+
+
+def storage_dtype(dtype: np.dtype) -> np.dtype:
+    """The host dtype of a buffer holding ``dtype`` values (see the module docstring)."""
+    name = np.dtype(dtype).name
+    if name not in _TYPES:
+        raise WGSLUnsupportedError(f"WEBGPU cannot hold {name} arrays (WGSL has no 64-bit types; "
+                                   f"supported: {', '.join(_TYPES)})")
+    return np.dtype(_TYPES[name][1])
+
+
+def value_type(dtype: np.dtype) -> str:
+    if np.dtype(dtype) == INDEX:
+        return "i32"
+    name = np.dtype(dtype).name
+    if name not in _TYPES:
+        raise WGSLUnsupportedError(f"WEBGPU cannot compute with {name} values (WGSL has no 64-bit types)")
+    return _TYPES[name][0]
+
+
+def check_kernel(kernel: Kernel) -> None:
+    """Raise ``WGSLUnsupportedError`` unless every buffer dtype is storable and every size fits i32."""
+    for role, avals in (("input", kernel.in_avals), ("output", kernel.out_avals)):
+        for number, aval in enumerate(avals):
+            storage_dtype(aval.dtype)
+            if int(np.prod(aval.shape, dtype=np.int64)) > MAX_INDEX:
+                raise WGSLUnsupportedError(f"kernel {kernel.name}: {role} {number} {aval} has more than 2^31 - 1 "
+                                           "elements (WEBGPU indexes in i32)")
+    iterations = int(np.prod(kernel.shape, dtype=np.int64)) * max(1, int(np.prod(kernel.reduce_shape, dtype=np.int64)))
+    if max(list(kernel.shape) + list(kernel.reduce_shape) + [iterations]) > MAX_INDEX:
+        raise WGSLUnsupportedError(f"kernel {kernel.name}: loop sizes {kernel.shape} x {kernel.reduce_shape} do not "
+                                   "fit WEBGPU's i32 index arithmetic")
+
+
+def op_class(dtype: np.dtype) -> str:
+    """'b' bool, 's' signed (index included), 'u' unsigned, 'f' float (f16/bf16 too)."""
+    dtype = np.dtype(dtype)
+    return "b" if dtype == BOOL else {"i": "s", "u": "u", "f": "f", "V": "f"}[dtype.kind]
+
+
+# --- constants ------------------------------------------------------------------------------------
+
+def render_const(value: Any, dtype: np.dtype) -> str:
+    """A WGSL literal. Non-finite floats (which WGSL literals cannot spell) are built from their
+    bits and ``fg_zero``."""
+    kind = op_class(dtype)
+    if kind == "b":
+        return "true" if value else "false"
+    if kind == "s":
+        integer = int(value)
+        if not -2**31 <= integer < 2**31:
+            raise WGSLUnsupportedError(f"the constant {integer} does not fit WEBGPU's i32 arithmetic")
+        return "i32(-2147483647 - 1)" if integer == -2**31 else f"{integer}i"
+    if kind == "u":
+        return f"{int(value) & 0xFFFFFFFF}u"
+    number = float(np.float32(value))
+    if not np.isfinite(number):
+        bits = struct.unpack("<I", struct.pack("<f", number))[0]
+        return f"bitcast<f32>(0x{bits:08x}u | fg_zero)"
+    return f"{number.hex()}f" if number != int(number) or abs(number) >= 2**24 else f"{number!r}f"
+
+
+# --- operations -----------------------------------------------------------------------------------
+# Templates per value class: {x} {y} operands, {T} the WGSL type, {bits} the dtype's width.
+
+FLOAT_OPS: dict[str, str] = {
+    "neg": "-{x}", "abs": "abs({x})",
+    "sign": "select(select(select({x}, 0.0f, {x} == 0.0f), -1.0f, {x} < 0.0f), 1.0f, {x} > 0.0f)",
+    **{op: f"{op}({{x}})" for op in ("exp", "exp2", "sin", "cos", "tan", "cosh", "sqrt", "floor",
+                                     "ceil", "round")},
+    "atan": "fg_atan({x})", "asin": "fg_asin({x})", "acos": "fg_acos({x})",
+    "sinh": "fg_sinh({x})", "tanh": "fg_tanh({x})", "asinh": "fg_asinh({x})", "acosh": "fg_acosh({x})",
+    "atanh": "fg_atanh({x})", "log": "fg_log({x})", "log2": "fg_log2({x})",
+    "rsqrt": "1.0f / sqrt({x})", "expm1": "fg_expm1({x})", "log1p": "fg_log1p({x})", "erf": "fg_erf({x})",
+    "logistic": "0.5f * fg_tanh(0.5f * {x}) + 0.5f",
+    "is_finite": "((bitcast<u32>({x}) & 0x7fffffffu) < 0x7f800000u)",
+    "add": "{x} + {y}", "sub": "{x} - {y}", "mul": "{x} * {y}", "div": "{x} / {y}", "rem": "fg_fmod({x}, {y})",
+    "pow": "fg_pow({x}, {y})", "max": "fg_max({x}, {y})", "min": "fg_min({x}, {y})", "atan2": "fg_atan2({x}, {y})",
+    "eq": "{x} == {y}", "ne": "!({x} == {y})", "lt": "{x} < {y}", "le": "{x} <= {y}", "gt": "{x} > {y}",
+    "ge": "{x} >= {y}",
+}
+
+_OUT_OF_RANGE = {"s": "({y} < 0i || {y} >= {bits}i)", "u": "({y} >= {bits}u)"}
+INT_OPS: dict[str, dict[str, str]] = {
+    "neg": {"s": "-{x}", "u": "0u - {x}"},
+    "abs": {"s": "abs({x})", "u": "{x}"},
+    "sign": {"s": "sign({x})", "u": "select(0u, 1u, {x} != 0u)"},
+    "not": {"s": "~{x}", "u": "~{x}", "b": "!{x}"},
+    "add": {"s": "{x} + {y}", "u": "{x} + {y}"},
+    "sub": {"s": "{x} - {y}", "u": "{x} - {y}"},
+    "mul": {"s": "{x} * {y}", "u": "{x} * {y}"},
+    # WGSL gives x for x / 0 and MIN / -1 (the latter is the reference's wrap-around result)
+    "div": {"s": "select({x} / {y}, 0i, {y} == 0i)", "u": "select({x} / {y}, 0u, {y} == 0u)"},
+    # x % 1 == 0 covers x % 0 (defined as 0) and x % -1 (MIN % -1 is undefined in some back ends)
+    "rem": {"s": "{x} % select({y}, 1i, {y} == 0i || {y} == -1i)", "u": "{x} % select({y}, 1u, {y} == 0u)"},
+    "pow": {"s": "fg_ipow_i32({x}, {y})", "u": "fg_ipow_u32({x}, {y})"},
+    "max": {"s": "max({x}, {y})", "u": "max({x}, {y})", "b": "{x} || {y}"},
+    "min": {"s": "min({x}, {y})", "u": "min({x}, {y})", "b": "{x} && {y}"},
+    "and": {"s": "{x} & {y}", "u": "{x} & {y}", "b": "{x} && {y}"},
+    "or": {"s": "{x} | {y}", "u": "{x} | {y}", "b": "{x} || {y}"},
+    "xor": {"s": "{x} ^ {y}", "u": "{x} ^ {y}", "b": "{x} != {y}"},
+    # WGSL masks the shift amount; the reference defines out-of-range shifts
+    "shift_left": {k: f"select({{x}} << u32({{y}}), {{zero}}, {v})" for k, v in _OUT_OF_RANGE.items()},
+    "shift_right": {"s": f"{{x}} >> u32(select({{y}}, 31i, {_OUT_OF_RANGE['s']}))",
+                    "u": f"select({{x}} >> {{y}}, 0u, {_OUT_OF_RANGE['u']})"},
+    "eq": {"s": "{x} == {y}", "u": "{x} == {y}", "b": "{x} == {y}"},
+    "ne": {"s": "{x} != {y}", "u": "{x} != {y}", "b": "{x} != {y}"},
+    "lt": {"s": "{x} < {y}", "u": "{x} < {y}", "b": "!{x} && {y}"},
+    "le": {"s": "{x} <= {y}", "u": "{x} <= {y}", "b": "!{x} || {y}"},
+    "gt": {"s": "{x} > {y}", "u": "{x} > {y}", "b": "{x} && !{y}"},
+    "ge": {"s": "{x} >= {y}", "u": "{x} >= {y}", "b": "{x} || !{y}"},
+}
+
+# helper functions, emitted once per shader when a template names them
+HELPERS: dict[str, str] = {
+    "fg_isnan": """fn fg_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }""",
+    "fg_nan": """fn fg_nan() -> f32 { return bitcast<f32>(0x7fc00000u | fg_zero); }""",
+    "fg_inf": """fn fg_inf() -> f32 { return bitcast<f32>(0x7f800000u | fg_zero); }""",
+    "fg_div_by_zero": """fn fg_div_by_zero(x: f32, negative_zero: bool) -> f32 {
+  if (fg_isnan(x) || x == 0.0f) { return fg_nan(); }
+  return select(fg_inf(), -fg_inf(), (x < 0.0f) != negative_zero);
+}""",
+    # NaN propagates; -0.0 < +0.0 (IEEE 754-2019 maximum/minimum, as the reference)
+    "fg_max": """fn fg_max(x: f32, y: f32) -> f32 {
+  if (fg_isnan(x) || fg_isnan(y)) { return fg_nan(); }
+  if (x == y) { return bitcast<f32>(bitcast<u32>(x) & bitcast<u32>(y)); }
+  return select(y, x, x > y);
+}""",
+    "fg_min": """fn fg_min(x: f32, y: f32) -> f32 {
+  if (fg_isnan(x) || fg_isnan(y)) { return fg_nan(); }
+  if (x == y) { return bitcast<f32>(bitcast<u32>(x) | bitcast<u32>(y)); }
+  return select(y, x, x < y);
+}""",
+    # atan2(+-0, +0) = +-0 and atan2(+-0, -0) = +-pi, which the driver gets wrong
+    "fg_atan2": """fn fg_atan2(y: f32, x: f32) -> f32 {
+  if (fg_isnan(x) || fg_isnan(y)) { return fg_nan(); }
+  if (y == 0.0f && x == 0.0f) {
+    let r = select(0.0f, 3.14159265358979f, (bitcast<u32>(x) >> 31u) == 1u);
+    return select(r, -r, (bitcast<u32>(y) >> 31u) == 1u);
+  }
+  if (abs(x) == fg_inf() && abs(y) == fg_inf()) {
+    let r = select(0.7853981633974483f, 2.356194490192345f, x < 0.0f);
+    return select(r, -r, y < 0.0f);
+  }
+  if (x == 0.0f) { return select(1.5707963267948966f, -1.5707963267948966f, y < 0.0f); }
+  let base = fg_atan(y / x);
+  if (x > 0.0f || (x == 0.0f && (bitcast<u32>(x) >> 31u) == 0u)) { return base; }
+  return select(base + 3.14159265358979f, base - 3.14159265358979f, y < 0.0f || (bitcast<u32>(y) >> 31u) == 1u);
+}""",
+    # Cephes atanf: reduce to |x| <= tan(pi/8), then a degree-9 odd polynomial
+    "fg_atan": """fn fg_atan(x: f32) -> f32 {
+  if (fg_isnan(x)) { return x; }
+  var a = abs(x);
+  var base = 0.0f;
+  if (a > 2.414213562373095f) { base = 1.5707963267948966f; a = -1.0f / a; }
+  else if (a > 0.4142135623730950f) { base = 0.7853981633974483f; a = (a - 1.0f) / (a + 1.0f); }
+  let z = a * a;
+  let r = base + ((((8.05374449538e-2f * z - 1.38776856032e-1f) * z + 1.99777106478e-1f) * z
+                   - 3.33329491539e-1f) * z * a + a);
+  return select(r, -r, x < 0.0f);
+}""",
+    # Cephes asinf/acosf (the driver's asin is thousands of ulps off near +-1)
+    "fg_asin": """fn fg_asin(x: f32) -> f32 {
+  let a = abs(x);
+  if (a > 1.0f || fg_isnan(x)) { return fg_nan(); }
+  var z: f32;
+  var s: f32;
+  if (a > 0.5f) { z = 0.5f * (1.0f - a); s = sqrt(z); } else { z = a * a; s = a; }
+  var r = ((((4.2163199048e-2f * z + 2.4181311049e-2f) * z + 4.5470025998e-2f) * z + 7.4953002686e-2f) * z
+           + 1.6666752422e-1f) * z * s + s;
+  if (a > 0.5f) { r = 1.5707963267948966f - (r + r); }
+  return select(r, -r, x < 0.0f);
+}""",
+    "fg_acos": """fn fg_acos(x: f32) -> f32 {
+  if (x < -0.5f) { return 3.14159265358979f - 2.0f * fg_asin(sqrt(0.5f * (1.0f + x))); }
+  if (x > 0.5f) { return 2.0f * fg_asin(sqrt(0.5f * (1.0f - x))); }
+  return 1.5707963267948966f - fg_asin(x);
+}""",
+    # 0.5 (E + E / (E + 1)) with E = expm1(|x|) keeps small arguments exact
+    "fg_sinh": """fn fg_sinh(x: f32) -> f32 {
+  let a = abs(x);
+  var r: f32;
+  if (a > 88.0f) { r = exp(a - 0.6931471805599453f); }
+  else { let e = fg_expm1(a); r = 0.5f * (e + e / (e + 1.0f)); }
+  return select(r, -r, x < 0.0f || (bitcast<u32>(x) >> 31u) == 1u);
+}""",
+    # tanh(|x|) = 1 - 2 / (exp(2|x|) + 1), a series near 0 (the driver's tanh overflows to NaN)
+    "fg_tanh": """fn fg_tanh(x: f32) -> f32 {
+  if (fg_isnan(x)) { return x; }
+  let a = abs(x);
+  if (a < 0.625f) {
+    let z = x * x;
+    return x + x * z * ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                        + 1.33314422036e-1f) * z - 3.33332819422e-1f);
+  }
+  let big = 1.0f - 2.0f / (exp(min(2.0f * a, 88.0f)) + 1.0f);
+  return select(big, -big, x < 0.0f);
+}""",
+    "fg_asinh": """fn fg_asinh(x: f32) -> f32 {
+  let a = abs(x);
+  var r: f32;
+  if (a > 1.0e18f) { r = log(a) + 0.693147180559945f; }
+  else if (a < 0.5f) { r = fg_log1p(a + a * a / (1.0f + sqrt(1.0f + a * a))); }
+  else { r = log(a + sqrt(a * a + 1.0f)); }
+  return select(r, -r, x < 0.0f);
+}""",
+    "fg_acosh": """fn fg_acosh(x: f32) -> f32 {
+  if (x < 1.0f) { return fg_nan(); }
+  if (x > 1.0e18f) { return log(x) + 0.693147180559945f; }
+  let t = x - 1.0f;
+  return fg_log1p(t + sqrt(2.0f * t + t * t));
+}""",
+    "fg_atanh": """fn fg_atanh(x: f32) -> f32 {
+  let a = abs(x);
+  if (a > 1.0f) { return fg_nan(); }
+  let r = 0.5f * fg_log1p(2.0f * a / (1.0f - a));
+  return select(r, -r, x < 0.0f);
+}""",
+    # Taylor series for |x| < 0.5 (the driver's exp and log are too rough to cancel against)
+    "fg_expm1": """fn fg_expm1(x: f32) -> f32 {
+  if (abs(x) >= 0.5f) { return select(exp(x) - 1.0f, fg_inf(), x > 88.7f); }
+  return x + x * x * (0.5f + x * (1.6666666666666666e-1f + x * (4.1666666666666664e-2f + x * (8.333333333333333e-3f
+         + x * (1.388888888888889e-3f + x * (1.984126984126984e-4f + x * (2.48015873015873e-5f
+         + x * 2.7557319223985893e-6f)))))));
+}""",
+    # |x| < 0.5: 2 atanh(s) with s = x / (2 + x), as a series in s (|s| <= 1/3)
+    # near 1, through log1p (x - 1 is exact there): the driver's log is ~500 ulp off
+    "fg_log": """fn fg_log(x: f32) -> f32 {
+  if (abs(x - 1.0f) < 0.5f) { return fg_log1p(x - 1.0f); }
+  return log(x);
+}""",
+    "fg_log2": """fn fg_log2(x: f32) -> f32 {
+  if (abs(x - 1.0f) < 0.5f) { return fg_log1p(x - 1.0f) * 1.4426950408889634f; }
+  return log2(x);
+}""",
+    "fg_log1p": """fn fg_log1p(x: f32) -> f32 {
+  if (fg_isnan(x)) { return x; }
+  if (x < -1.0f) { return fg_nan(); }
+  if (x == -1.0f) { return -fg_inf(); }
+  if (abs(x) >= 0.5f) { return log(1.0f + x); }
+  let s = x / (2.0f + x);
+  let z = s * s;
+  return 2.0f * (s + s * z * (0.3333333333333333f + z * (0.2f + z * (0.14285714285714285f + z * (0.1111111111111111f
+                  + z * (0.09090909090909091f + z * (0.07692307692307693f + z * 0.06666666666666667f)))))));
+}""",
+    # |x| < 0.5: Taylor series; above: Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7)
+    "fg_erf": """fn fg_erf(x: f32) -> f32 {
+  if (fg_isnan(x)) { return x; }
+  let a = abs(x);
+  if (a < 0.5f) {
+    let z = x * x;
+    return 1.1283791670955126f * x * (1.0f + z * (-0.333333333333f + z * (0.1f + z * (-0.0238095238095f
+                                      + z * (0.00462962962963f - z * 0.000757575757576f)))));
+  }
+  let t = 1.0f / (1.0f + 0.3275911f * a);
+  let p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  let r = 1.0f - p * exp(-a * a);
+  return select(r, -r, x < 0.0f);
+}""",
+    # C fmod: the remainder has the dividend's sign
+    "fg_fmod": """fn fg_fmod(x: f32, y: f32) -> f32 {
+  if (fg_isnan(x) || fg_isnan(y) || y == 0.0f || abs(x) == fg_inf()) { return fg_nan(); }
+  if (abs(y) == fg_inf()) { return x; }
+  let a = abs(x);
+  let b = abs(y);
+  var r = fma(-b, trunc(a / b), a);
+  if (r < 0.0f) { r = r + b; }
+  if (r >= b) { r = r - b; }
+  return select(r, -r, x < 0.0f || (x == 0.0f && (bitcast<u32>(x) >> 31u) == 1u));
+}""",
+    # C pow for float32, via exp2(y * log2|x|) (the driver's pow is undefined for x <= 0)
+    "fg_pow": """fn fg_pow(x: f32, y: f32) -> f32 {
+  if (y == 0.0f || x == 1.0f) { return 1.0f; }
+  if (fg_isnan(x) || fg_isnan(y)) { return fg_nan(); }
+  let integer = trunc(y) == y;
+  let odd = integer && abs(y) < 16777216.0f && (i32(abs(y)) & 1i) == 1i;
+  if (x < 0.0f && !integer && abs(x) != fg_inf()) { return fg_nan(); }
+  let a = abs(x);
+  var r: f32;
+  if (a == 0.0f) { r = select(0.0f, fg_inf(), y < 0.0f); }
+  else if (a == fg_inf()) { r = select(fg_inf(), 0.0f, y < 0.0f); }
+  else if (x == -1.0f && abs(y) == fg_inf()) { return 1.0f; }
+  else { r = exp2(y * log2(a)); }
+  let negative = x < 0.0f || (x == 0.0f && (bitcast<u32>(x) >> 31u) == 1u);
+  return select(r, -r, negative && odd);
+}""",
+    "fg_ipow_i32": """fn fg_ipow_i32(base: i32, exponent: i32) -> i32 {
+  if (exponent < 0i) {
+    if (base == 1i) { return 1i; }
+    if (base == -1i) { return select(1i, -1i, (exponent & 1i) == 1i); }
+    return 0i;
+  }
+  var b = base;
+  var e = exponent;
+  var r = 1i;
+  while (e != 0i) {
+    if ((e & 1i) == 1i) { r = r * b; }
+    b = b * b;
+    e = e >> 1u;
+  }
+  return r;
+}""",
+    "fg_ipow_u32": """fn fg_ipow_u32(base: u32, exponent: u32) -> u32 {
+  var b = base;
+  var e = exponent;
+  var r = 1u;
+  while (e != 0u) {
+    if ((e & 1u) == 1u) { r = r * b; }
+    b = b * b;
+    e = e >> 1u;
+  }
+  return r;
+}""",
+    "fg_round_f16": """fn fg_round_f16(x: f32) -> f32 {
+  if (fg_isnan(x)) { return x; }
+  return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0f))).x;
+}""",
+    # to nearest even in integer arithmetic (NaN stays NaN)
+    "fg_round_bf16": """fn fg_round_bf16(x: f32) -> f32 {
+  let bits = bitcast<u32>(x);
+  if (fg_isnan(x)) { return bitcast<f32>(bits | 0x00400000u); }
+  let rounded = bits + 0x7fffu + ((bits >> 16u) & 1u);
+  return bitcast<f32>(rounded & 0xffff0000u);
+}""",
+}
+REDUCE_ALU = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
+BOOL_REDUCE_ALU = {"sum": "or", "prod": "and", "max": "or", "min": "and"}
+
+
+def reduce_identity(op: str, dtype: np.dtype, empty: bool) -> Any:
+    """The reduction's start value (a non-empty float sum starts at -0.0, as in render_llvm)."""
+    kind = op_class(dtype)
+    if op == "sum":
+        return False if kind == "b" else (0.0 if empty else -0.0) if kind == "f" else 0
+    if op == "prod":
+        return True if kind == "b" else 1
+    if kind == "b":
+        return op == "min"
+    if kind == "f":
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(np.int32 if np.dtype(dtype) == INDEX else dtype)
+    return info.min if op == "max" else info.max
+
+
+# --- the renderer ---------------------------------------------------------------------------------
+
+class _ShaderBuilder:
+    """Emits the body of ``main``: one ``let`` per expression node, cached per scope."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.indent = 1
+        self.counter = 0
+        self.cache: dict[KExpr, str] = {}
+        self.helpers: dict[str, str] = {}
+        self.acc_value: str | None = None
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.indent + line)
+
+    def let(self, text: str, dtype: np.dtype) -> str:
+        self.counter += 1
+        name = f"v{self.counter}"
+        self.emit(f"let {name}: {value_type(dtype)} = {text};")
+        return name
+
+    def use(self, text: str) -> str:
+        """Note the helper functions ``text`` calls (and those they call); returns ``text``."""
+        for name, source in HELPERS.items():
+            if name + "(" in text and name not in self.helpers:
+                self.use(source.split("{", 1)[1])  # dependencies first: WGSL allows any order, readers prefer this
+                self.helpers[name] = source
+        return text
+
+    def value(self, e: KExpr) -> str:
+        if e not in self.cache:
+            self.cache[e] = self._render(e)
+        return self.cache[e]
+
+    def _render(self, e: KExpr) -> str:
+        if e.op == "const":
+            return render_const(e.arg, e.dtype)
+        if e.op == "var":
+            return e.arg
+        if e.op == "acc":
+            if self.acc_value is None:
+                raise ValueError("acc is read outside the epilogue of a reduction")
+            return self.acc_value
+        if e.op == "load":
+            loaded = f"in{e.arg}[{self.value(e.args[0])}]"
+            return self.let(f"{loaded} != 0u" if e.dtype == BOOL else loaded, e.dtype)
+        if e.op == "where":
+            cond, a, b = (self.value(x) for x in e.args)
+            return self.let(f"select({b}, {a}, {cond})", e.dtype)
+        if e.op == "cast":
+            return self.let(self.use(cast_text(self.value(e.args[0]), e.args[0].dtype, e.dtype)), e.dtype)
+        if e.op == "bitcast":
+            return self.let(self.use(bitcast_text(self.value(e.args[0]), e.args[0].dtype, e.dtype)), e.dtype)
+        source = e.args[0].dtype
+        operands = [self.value(a) for a in e.args]
+        if e.op == "div" and op_class(source) == "f" and e.args[1].op == "const" and e.args[1].arg == 0:
+            # the driver folds x / 0.0 to 0, even through a runtime zero: spell out IEEE's result
+            negative = "true" if np.signbit(e.args[1].arg) else "false"
+            text = narrow(f"fg_div_by_zero({operands[0]}, {negative})", source)
+        else:
+            text = alu_text(e.op, operands, source)
+        natural = BOOL if e.op in COMPARISONS or e.op == "is_finite" else source
+        if natural != e.dtype:
+            text = cast_text(f"({text})", natural, e.dtype)
+        return self.let(self.use(text), e.dtype)
+
+
+def alu_text(op: str, operands: list[str], dtype: np.dtype) -> str:
+    """WGSL for one ALU operation on values of ``dtype``, wrapped/rounded back to ``dtype``."""
+    kind = op_class(dtype)
+    x, y = operands[0], operands[1] if len(operands) > 1 else ""
+    if kind == "f":
+        if op not in FLOAT_OPS:
+            raise ValueError(f"unsupported operation {op} on {np.dtype(dtype).name}")
+        text = FLOAT_OPS[op].format(x=x, y=y)
+        return text if op in COMPARISONS or op == "is_finite" else narrow(text, dtype)
+    table = INT_OPS.get(op, {})
+    if kind not in table:
+        raise ValueError(f"unsupported operation {op} on {np.dtype(dtype).name}")
+    name = np.dtype(dtype).name
+    bits = _NARROW_BITS.get(name, 1 if kind == "b" else 32)
+    text = table[kind].format(x=x, y=y, bits=bits, zero="0i" if kind == "s" else "0u")
+    return text if op in COMPARISONS else narrow(text, dtype)
+
+
+def narrow(text: str, dtype: np.dtype) -> str:
+    """Bring a value computed in i32/u32/f32 back to ``dtype``'s range or precision."""
+    name = np.dtype(dtype).name
+    if name in _NARROW_BITS:
+        bits = _NARROW_BITS[name]
+        if np.dtype(dtype).kind == "u":
+            return f"(({text}) & {(1 << bits) - 1}u)"
+        return f"((({text}) << {32 - bits}u) >> {32 - bits}u)"
+    if name in _ROUNDED:
+        return f"fg_round_{'f16' if name == 'float16' else 'bf16'}({text})"
+    return text
+
+
+def _float_to_int(x: str, target: np.dtype) -> str:
+    """Truncate toward zero and saturate to the target's range; NaN gives 0 (the reference)."""
+    t = value_type(target)
+    info = np.iinfo(np.int32 if target == INDEX else target)
+    low, high = float(info.min), float(info.max)
+    top = float(np.float32(high)) if float(np.float32(high)) <= high else float(np.nextafter(np.float32(high), 0))
+    f32 = np.dtype(np.float32)
+    clamped = f"{t}(clamp(trunc({x}), {render_const(low, f32)}, {render_const(top, f32)}))"
+    suffix = "i" if t == "i32" else "u"
+    saturated = f"select({clamped}, {info.max}{suffix}, {x} >= {render_const(high + 1, f32)})"
+    return f"select({saturated}, 0{suffix}, fg_isnan({x}))"
+
+
+def cast_text(x: str, source: np.dtype, target: np.dtype) -> str:
+    """WGSL converting ``x`` (a value of ``source``) to ``target``, as convert_element_type does."""
+    source, target = np.dtype(source), np.dtype(target)
+    if source == target:
+        return x
+    from_kind, to_kind = op_class(source), op_class(target)
+    t = value_type(target)
+    if to_kind == "b":
+        return {"f": f"!({x} == 0.0f)", "s": f"{x} != 0i", "u": f"{x} != 0u"}[from_kind]
+    if from_kind == "b":
+        return f"select({render_const(0, target)}, {render_const(1, target)}, {x})"
+    if from_kind == "f" and to_kind == "f":
+        return narrow(x, target)  # f32 holds every float16/bfloat16 value exactly
+    if from_kind == "f":
+        return narrow(_float_to_int(x, target), target) if target.name in _NARROW_BITS else _float_to_int(x, target)
+    if to_kind == "f":
+        return narrow(f"f32({x})", target)
+    return narrow(f"{t}({x})", target)  # integer to integer: wrap to the target's width
+
+
+def bitcast_text(x: str, source: np.dtype, target: np.dtype) -> str:
+    """WGSL reinterpreting the bits of ``x`` (``source`` and ``target`` have one width)."""
+    source, target = np.dtype(source), np.dtype(target)
+    if source.itemsize != target.itemsize:
+        raise ValueError(f"bitcast needs dtypes of one width, got {source.name} and {target.name}")
+    bits = source.itemsize * 8
+    mask = (1 << bits) - 1
+    if op_class(source) == "b" or op_class(target) == "b":
+        return cast_text(x, source, target)
+    # to the raw bits as u32
+    if source.name == "float16":
+        raw = f"(pack2x16float(vec2<f32>({x}, 0.0f)) & 0xffffu)"
+    elif source.name == "bfloat16":
+        raw = f"(bitcast<u32>({x}) >> 16u)"
+    elif bits == 32:
+        raw = f"bitcast<u32>({x})"
+    else:
+        raw = f"(bitcast<u32>({x}) & {mask}u)"
+    # from the raw bits
+    if target.name == "float16":
+        return f"unpack2x16float({raw}).x"
+    if target.name == "bfloat16":
+        return f"bitcast<f32>({raw} << 16u)"
+    if bits == 32:
+        return f"bitcast<{value_type(target)}>({raw})"
+    if target.kind == "u":
+        return raw
+    return f"((bitcast<i32>({raw}) << {32 - bits}u) >> {32 - bits}u)"
+
+
+def render_wgsl(kernel: Kernel) -> str:
+    """The compute shader for ``kernel`` (entry point ``main``, workgroup size ``WORKGROUP_SIZE``).
+
+    >>> print(render_wgsl(k))  # doctest: +SKIP
+    @group(0) @binding(0) var<storage, read_write> out0: array<f32>; ...
+    """
+    check_kernel(kernel)
+    builder = _ShaderBuilder()
+    size = int(np.prod(kernel.shape, dtype=np.int64))
+    builder.emit(f"let index = gid.x + gid.y * groups.x * {WORKGROUP_SIZE}u;")
+    builder.emit(f"if (index >= {size}u) {{ return; }}")
+    rest = "i32(index)"
+    for axis in reversed(range(len(kernel.shape))):
+        extent = kernel.shape[axis]
+        builder.emit(f"let g{axis}: i32 = {rest if axis == 0 else f'{rest} % {extent}i'};")
+        if axis:
+            builder.emit(f"let q{axis}: i32 = {rest} / {extent}i;")
+            rest = f"q{axis}"
+
+    if kernel.reduce_expr is not None:
+        acc_dtype = kernel.reduce_expr.dtype
+        empty = int(np.prod(kernel.reduce_shape)) == 0
+        identity = render_const(reduce_identity(kernel.reduce_op or "", acc_dtype, empty), acc_dtype)
+        builder.emit(f"var acc: {value_type(acc_dtype)} = {identity};")
+        outer_cache = dict(builder.cache)
+        for axis, extent in enumerate(kernel.reduce_shape):
+            builder.emit(f"for (var r{axis}: i32 = 0i; r{axis} < {extent}i; r{axis} += 1i) {{")
+            builder.indent += 1
+        item = builder.value(kernel.reduce_expr)
+        alu = (BOOL_REDUCE_ALU if op_class(acc_dtype) == "b" else REDUCE_ALU)[kernel.reduce_op or ""]
+        # float16/bfloat16 sums are accumulated in f32 and rounded once, as the reference does
+        combined = alu_text(alu, ["acc", item], np.dtype(np.float32) if acc_dtype.name in _ROUNDED else acc_dtype)
+        builder.emit(f"acc = {builder.use(combined)};")
+        for _ in kernel.reduce_shape:
+            builder.indent -= 1
+            builder.emit("}")
+        builder.cache = outer_cache  # values computed inside the loop are out of scope after it
+        builder.acc_value = builder.let(builder.use(narrow("acc", acc_dtype)), acc_dtype)
+
+    for number, (expr, aval) in enumerate(zip(kernel.outputs, kernel.out_avals)):
+        if expr.dtype != aval.dtype:
+            raise ValueError(f"output {number} is computed as {expr.dtype.name} but stored as {aval.dtype.name}")
+        value = builder.value(expr)
+        builder.emit(f"out{number}[index] = {f'select(0u, 1u, {value})' if aval.dtype == BOOL else value};")
+
+    bindings = [f"@group(0) @binding({n}) var<storage, read_write> out{n}: array<{_storage_type(a.dtype)}>;"
+                for n, a in enumerate(kernel.out_avals)]
+    bindings += [f"@group(0) @binding({len(kernel.out_avals) + n}) var<storage, read> in{n}: "
+                 f"array<{_storage_type(a.dtype)}>;" for n, a in enumerate(kernel.in_avals)]
+    header = [f"// kernel {kernel.name}", *(f"//   {line}" for line in str(kernel).splitlines()[1:])]
+    return "\n".join([*header, *bindings, "var<private> fg_zero: u32;  // a zero no compiler folds", "",
+                      *builder.helpers.values(), "",
+                      f"@compute @workgroup_size({WORKGROUP_SIZE})",
+                      "fn main(@builtin(global_invocation_id) gid: vec3<u32>, "
+                      "@builtin(num_workgroups) groups: vec3<u32>) {", *builder.lines, "}"]) + "\n"
+
+
+def _storage_type(dtype: np.dtype) -> str:
+    return {"i": "i32", "u": "u32", "f": "f32"}[storage_dtype(dtype).kind]
