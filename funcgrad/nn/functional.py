@@ -211,9 +211,8 @@ def conv1d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, strid
     weight = _float_tensor(weight, name, "weight")
     if weight.ndim != 3:
         raise ValueError(f"{name}: weight must be (out_channels, in_channels // groups, K), got shape {weight.shape}")
-    if not isinstance(padding, str):
-        padding = (0, padding)
-    out = conv2d(fnp.expand_dims(x, 2), fnp.expand_dims(weight, 2), bias, stride=(1, stride), padding=padding,
+    padding2d: IntPair | str = padding if isinstance(padding, str) else (0, padding)
+    out = conv2d(fnp.expand_dims(x, 2), fnp.expand_dims(weight, 2), bias, stride=(1, stride), padding=padding2d,
                  dilation=(1, dilation), groups=groups)
     out = out[:, :, 0]
     return out[0] if unbatched else out
@@ -437,10 +436,10 @@ def batch_norm(x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayL
         mean, variance, new_mean, new_var = mean_in, var_in, mean_in, var_in
     scale = fnp.rsqrt(variance + eps)
     if weight is not None:
-        scale = scale * _check_shape(weight, (channels,), name, "weight")  # type: ignore[operator]
+        scale = scale * _check_shape(weight, (channels,), name, "weight")
     shift = -mean * scale
     if bias is not None:
-        shift = shift + _check_shape(bias, (channels,), name, "bias")  # type: ignore[operator]
+        shift = shift + _check_shape(bias, (channels,), name, "bias")
     y = x * _channel_vector(scale, channels, name, "scale", x.ndim) + _channel_vector(shift, channels, name,
                                                                                        "shift", x.ndim)
     return y, new_mean, new_var
