@@ -99,7 +99,8 @@ def _traced_backward(loss: Tensor, data: Tracer, gradient: Any) -> Tensor:
     sub_ir, wrt, free = _slice(builder, [leaves[i]._data.var for i in leaves], data.var)  # type: ignore[union-attr]
     if not wrt:
         raise RuntimeError("backward(): no Tensor this value depends on has requires_grad=True (inside jit, "
-                           "pass the model and optimiser as arguments so their Tensors are traced)")
+                           "pass the model and optimiser as arguments so their Tensors are traced; inside "
+                           "fg.grad, use what fg.grad returns)")
     free_values = [Tensor._wrap(Tracer(builder, v)) for v in free]
 
     def from_leaves(*values: Tensor) -> Any:
