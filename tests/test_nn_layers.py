@@ -128,6 +128,19 @@ def test_batchnorm_train_updates_running_statistics_in_place_and_eval_uses_them(
     assert bn.num_batches_tracked.item() == 2
 
 
+def test_batchnorm_running_statistics_update_under_jit_as_eagerly() -> None:
+    eager, jitted = nn.BatchNorm1d(3).train(), nn.BatchNorm1d(3).train()
+    running_var = jitted.running_var
+    step = fg.jit(lambda model, x: model(x))
+    for seed in range(3):
+        x = _normal((8, 3), seed)
+        assert_close(step(jitted, x).numpy(), eager(x).numpy(), **F32)
+    assert step.trace_count == 1 and jitted.running_var is running_var
+    for name, buffer in eager.named_buffers():
+        assert_close(dict(jitted.named_buffers())[name].numpy(), buffer.numpy(), **F32)
+    assert jitted.num_batches_tracked.item() == 3
+
+
 def test_batchnorm_follows_tensor_train_and_momentum_none_is_a_cumulative_average() -> None:
     bn = nn.BatchNorm1d(2, momentum=None)
     batches = [_normal((5, 2), seed) for seed in (3, 4, 5)]

@@ -175,6 +175,8 @@ def test_seed_style_backward_fills_parameter_grads() -> None:
     assert layer.weight.grad is not None and layer.bias.grad is not None
     assert_close(layer.weight.grad.numpy(), np.full((2, 3), 4.0))
     assert_close(layer.bias.grad.numpy(), np.full(2, 4.0))
+    layer.zero_grad()
+    assert layer.weight.grad is None and layer.bias.grad is None
 
 
 def test_training_mode_follows_the_global_flag_until_train_or_eval_is_called() -> None:

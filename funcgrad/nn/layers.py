@@ -183,18 +183,17 @@ class BatchNorm(Module):
             ranks = " or ".join(f"{r}-D" for r in self._ranks) if self._ranks else "at least 2-D"
             raise ValueError(f"{type(self).__name__}({self.num_features}): expected {ranks} input of shape "
                              f"(N, {self.num_features}, ...), got shape {x.shape}")
-        training = self.training
-        momentum: Any = self.momentum
-        if training and momentum is None and self.num_batches_tracked is not None:
-            momentum = 1.0 / (self.num_batches_tracked + 1)   # the cumulative average, as PyTorch
-        y, new_mean, new_var = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                                            training or not self.track_running_stats,
-                                            0.0 if momentum is None else momentum, self.eps)
-        if training and self.running_mean is not None and self.running_var is not None \
-                and self.num_batches_tracked is not None and new_mean is not None and new_var is not None:
-            _swap_in(self.running_mean, new_mean)
-            _swap_in(self.running_var, new_var)
-            _swap_in(self.num_batches_tracked, self.num_batches_tracked + 1)
+        mean, var, count = self.running_mean, self.running_var, self.num_batches_tracked
+        if not self.training or mean is None or var is None or count is None:
+            # eval mode normalises with the running statistics; without them, always with the batch's
+            y, _, _ = F.batch_norm(x, mean, var, self.weight, self.bias, training=mean is None, eps=self.eps)
+            return y
+        momentum: Any = 1.0 / (count + 1) if self.momentum is None else self.momentum   # None: cumulative average
+        y, new_mean, new_var = F.batch_norm(x, mean, var, self.weight, self.bias, True, momentum, self.eps)
+        assert new_mean is not None and new_var is not None   # given running statistics, F returns new ones
+        _swap_in(mean, new_mean)
+        _swap_in(var, new_var)
+        _swap_in(count, count + 1)
         return y
 
     def extra_repr(self) -> str:

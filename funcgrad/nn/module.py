@@ -248,6 +248,11 @@ class Module:
     def buffers(self) -> list[Tensor]:
         return [tensor for _, tensor in self.named_buffers()]
 
+    def zero_grad(self) -> None:
+        """Forget the ``.grad`` of every parameter (seed-style training, as PyTorch's)."""
+        for parameter in self.parameters():
+            parameter.grad = None
+
     # --- printing --------------------------------------------------------------------------------
     def extra_repr(self) -> str:
         """The constructor arguments shown inside ``Name(...)``; layers override it."""
