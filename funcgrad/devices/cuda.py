@@ -1,0 +1,216 @@
+"""The CUDA device: kernels rendered to CUDA C (funcgrad/lower/render_cuda.py), compiled by nvcc and run
+through pycuda's driver API.
+
+    Kernel --render_cuda--> CUDA C --nvcc -cubin -arch=sm_XY--> cubin --cuModuleLoadData--> function
+    call: host arrays --memcpy HtoD--> device buffers --launch(grid, block)--> memcpy DtoH --> outputs
+
+Buffers hold the same bytes as the NumPy arrays (bool as one byte, float16/bfloat16 as 16-bit
+patterns), so nothing is converted on the way. Modules are cached by source. ``compile_cuda`` (nvcc
+to PTX or cubin, failing with nvcc's log) needs no driver, which is how the renderer is tested on
+machines without a GPU. ``probe()`` reports "pycuda not installed" or "no CUDA driver" when the
+runtime cannot start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad.debug import debug_level
+from funcgrad.lower.kernel import Kernel
+from funcgrad.lower.render_c import kernel_function_name
+from funcgrad.lower.render_cuda import render_cuda
+
+__all__ = ["CUDADevice", "CUDAKernel", "CUDAError", "compile_cuda", "nvcc_path", "probe", "BLOCK_SIZE"]
+
+BLOCK_SIZE = 256  # threads per block for one-output-per-thread kernels
+
+
+class CUDAError(RuntimeError):
+    """A kernel failed to compile (the message holds nvcc's log) or to launch on CUDA."""
+
+
+def nvcc_path() -> str | None:
+    """nvcc on PATH, else under ``$CUDA_HOME``/``$CUDA_PATH``/``/usr/local/cuda``."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+def compile_cuda(source: str, arch: str = "sm_90", output: str = "ptx") -> bytes:
+    """Compile CUDA C with nvcc to ``output`` ('ptx' or 'cubin') for ``arch``; raises ``CUDAError``
+    with nvcc's log on failure.
+
+    >>> ptx = compile_cuda(render_cuda([kernel])[0])  # doctest: +SKIP
+    """
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CUDAError("nvcc not found (install the CUDA toolkit or set CUDA_HOME)")
+    with tempfile.TemporaryDirectory(prefix="funcgrad-cuda-") as folder:
+        source_path = os.path.join(folder, "kernels.cu")
+        target_path = os.path.join(folder, f"kernels.{output}")
+        with open(source_path, "w") as handle:
+            handle.write(source)
+        command = [nvcc, f"-{output}", f"-arch={arch}", "-O3", source_path, "-o", target_path]
+        finished = subprocess.run(command, capture_output=True, text=True)
+        if finished.returncode != 0:
+            raise CUDAError(f"nvcc failed ({' '.join(command[1:4])}):\n{finished.stderr}{finished.stdout}")
+        with open(target_path, "rb") as handle:
+            return handle.read()
+
+
+def probe() -> tuple[bool, str]:
+    """(usable, reason): pycuda imports, the driver starts and sees a device, nvcc is there."""
+    try:
+        import pycuda.driver as driver
+    except ImportError as error:
+        return False, f"pycuda not installed ({error})"
+    try:
+        driver.init()
+        count = driver.Device.count()
+    except Exception as error:  # noqa: BLE001 - pycuda raises its own errors for a missing driver
+        return False, f"no CUDA driver ({error})"
+    if count == 0:
+        return False, "no CUDA device"
+    if nvcc_path() is None:
+        return False, "nvcc not found (kernels are compiled with it)"
+    return True, driver.Device(0).name()
+
+
+class CUDAKernel:
+    """A kernel loaded into the device's context; ``compiled(inputs, outputs)`` runs it."""
+
+    def __init__(self, device: CUDADevice, kernel: Kernel, source: str, function: Any, block: int | None) -> None:
+        self.device = device
+        self.kernel = kernel
+        self.name = kernel.name
+        self.source = source
+        self.function = function
+        self.size = int(np.prod(kernel.shape, dtype=np.int64))
+        self.local_block = block  # a block per output (shared-memory reduction), or None
+
+    def __repr__(self) -> str:
+        return f"CUDAKernel({self.name})"
+
+    def launch_shape(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid, block): a block per output for a shared-memory reduction, else one thread each."""
+        if self.local_block is not None:
+            return (self.size, 1, 1), (self.local_block, 1, 1)
+        return (-(-self.size // BLOCK_SIZE), 1, 1), (BLOCK_SIZE, 1, 1)
+
+    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        kernel = self.kernel
+        if len(inputs) != len(kernel.in_avals) or len(outputs) != len(kernel.out_avals):
+            raise ValueError(f"kernel {self.name} takes {len(kernel.in_avals)} inputs and {len(kernel.out_avals)} "
+                             f"outputs, got {len(inputs)} and {len(outputs)}")
+        for role, arrays, avals in (("input", inputs, kernel.in_avals), ("output", outputs, kernel.out_avals)):
+            for number, (array, aval) in enumerate(zip(arrays, avals)):
+                if not isinstance(array, np.ndarray) or array.dtype != aval.dtype \
+                        or array.size != int(np.prod(aval.shape)) or not array.flags.c_contiguous:
+                    raise ValueError(f"kernel {self.name}: {role} {number} must be a C-contiguous {aval} array, got "
+                                     f"{getattr(array, 'dtype', type(array).__name__)}{getattr(array, 'shape', '')}")
+        if self.size == 0:
+            return
+        import pycuda.driver as driver
+        with self.device.active():
+            buffers = [driver.mem_alloc(max(1, array.nbytes)) for array in (*outputs, *inputs)]
+            try:
+                for buffer, array in zip(buffers[len(outputs):], inputs):
+                    if array.nbytes:
+                        driver.memcpy_htod(buffer, array)
+                grid, block = self.launch_shape()
+                self.function(*buffers, grid=grid, block=block)
+                for buffer, array in zip(buffers, outputs):
+                    driver.memcpy_dtoh(array, buffer)
+            except driver.Error as error:
+                raise CUDAError(f"kernel {self.name} failed on CUDA: {error}") from error
+            finally:
+                for buffer in buffers:
+                    buffer.free()
+
+
+class CUDADevice:
+    """Runs kernels on the first CUDA GPU (see the module docstring).
+
+    >>> device = CUDADevice()  # doctest: +SKIP
+    >>> compiled = device.compile(kernel); compiled(inputs, outputs)  # doctest: +SKIP
+    """
+
+    name = "CUDA"
+
+    def __init__(self, ordinal: int = 0) -> None:
+        ok, reason = probe()
+        if not ok:
+            raise CUDAError(f"CUDA is not available: {reason}")
+        import pycuda.driver as driver
+        self.gpu = driver.Device(ordinal)
+        major, minor = self.gpu.compute_capability()
+        self.arch = f"sm_{major}{minor}"
+        self.context = self.gpu.retain_primary_context()
+        self.lock = threading.Lock()
+        self.modules: dict[str, Any] = {}
+        self.stats = {"compiled": 0, "cached": 0}
+
+    def __repr__(self) -> str:
+        return f"CUDADevice({self.gpu.name()}, {self.arch})"
+
+    def active(self) -> _ActiveContext:
+        return _ActiveContext(self)
+
+    def render(self, kernel: Kernel) -> str:
+        """The kernel's CUDA C source (what ``compile`` compiles and DEBUG=4 prints)."""
+        try:
+            return render_cuda([kernel])[0]
+        except (ValueError, KeyError) as error:
+            raise CUDAError(f"kernel {kernel.name} cannot be rendered for CUDA: {error}") from error
+
+    def compile(self, kernel: Kernel) -> CUDAKernel:
+        import pycuda.driver as driver
+        source, (block,) = render_cuda([kernel])
+        if debug_level() >= 4:
+            print(f"--- CUDA source of kernel {kernel.name} ---\n{source}", file=sys.stderr)
+        module = self.modules.get(source)
+        if module is None:
+            try:
+                cubin = compile_cuda(source, self.arch, "cubin")
+            except CUDAError as error:
+                raise CUDAError(f"kernel {kernel.name} failed to compile: {error}") from error
+            with self.active():
+                module = driver.module_from_buffer(cubin)
+            self.modules[source] = module
+            self.stats["compiled"] += 1
+        else:
+            self.stats["cached"] += 1
+        with self.active():
+            function = module.get_function(kernel_function_name(kernel))
+        return CUDAKernel(self, kernel, source, function, block)
+
+
+class _ActiveContext:
+    """Makes the device's context current on this thread for a block of driver calls."""
+
+    def __init__(self, device: CUDADevice) -> None:
+        self.device = device
+
+    def __enter__(self) -> None:
+        self.device.lock.acquire()
+        self.device.context.push()
+
+    def __exit__(self, *exc: object) -> None:
+        import pycuda.driver as driver
+        try:
+            driver.Context.pop()
+        finally:
+            self.device.lock.release()

@@ -1,0 +1,173 @@
+"""The CUDA C renderer, compiled with nvcc, and the CUDA device (pycuda).
+
+Without a GPU the renderer is still checked: every kernel generated for a broad set of programs
+(every UNARY/BINARY op on every dtype, casts, bit casts, reductions (a thread per output and a block
+per output), movement ops, a matrix product, a softmax and an MLP's gradient under jit) goes
+into one .cu file compiled to PTX with ``nvcc -ptx -arch=sm_90``; a compile error fails with nvcc's
+log. The run tests need pycuda and a driver, and skip with the probe's reason otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_render_llvm import (
+    ALL_DTYPES,
+    check,
+    defined,
+    elementwise_kernel,
+    g,
+    reduction_kernel,
+    sample,
+    ulp_budget,
+)
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.devices import cuda
+from funcgrad.ir import dtypes
+from funcgrad.ir.core import IR
+from funcgrad.lower.kernel import BINARY, BOOL, UNARY, Kernel, alu, bitcast, cast, evaluate_kernel, load
+from funcgrad.lower.render_c import LOCAL_REDUCE, kernel_function_name
+from funcgrad.lower.render_cuda import render_cuda
+from funcgrad.lower.schedule import KernelStep, schedule
+
+needs_nvcc = pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not found (CUDA toolkit not installed)")
+USABLE, REASON = cuda.probe()
+needs_gpu = pytest.mark.skipif(not USABLE, reason=f"CUDA unavailable: {REASON}")
+
+
+# --- the kernels of many programs ------------------------------------------------------------------
+
+def op_grid_kernels() -> list[Kernel]:
+    kernels = []
+    for dtype in ALL_DTYPES:
+        x, y = load(0, g(), dtype), load(1, g(), dtype)
+        unary = [alu(op, x, dtype=BOOL if op == "is_finite" else None) for op in UNARY if defined(op, dtype)]
+        binary = [alu(op, x, y) for op in BINARY if defined(op, dtype, dtype)]
+        kernels.append(elementwise_kernel(f"unary_{dtype.name}", [dtype], unary))
+        kernels.append(elementwise_kernel(f"binary_{dtype.name}", [dtype, dtype], binary))
+        others = [t for t in ALL_DTYPES if t != dtype]
+        kernels.append(elementwise_kernel(f"cast_{dtype.name}", [dtype], [cast(x, t) for t in others]))
+        same_width = [t for t in others if t.itemsize == dtype.itemsize and BOOL not in (t, dtype)]
+        if same_width:
+            kernels.append(elementwise_kernel(f"bitcast_{dtype.name}", [dtype], [bitcast(x, t) for t in same_width]))
+    return kernels
+
+
+def reduction_kernels() -> list[Kernel]:
+    kernels = []
+    for dtype in (dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.int8,
+                  dtypes.uint64, dtypes.bool_):
+        for op in ("sum", "prod", "max", "min"):
+            kernels.append(reduction_kernel(f"reduce_{op}_{dtype.name}", op, dtype, (3, 37, 4), epilogue=True))
+            # long reductions into few outputs: a block per output with a shared-memory tree
+            kernels.append(reduction_kernel(f"local_{op}_{dtype.name}", op, dtype, (2, 4096, 1)))
+    return kernels
+
+
+def program_kernels() -> list[Kernel]:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((6, 8)).astype(np.float32), rng.standard_normal((8, 5)).astype(np.float32)
+    params = {"w1": rng.standard_normal((4, 16)).astype(np.float32), "b1": np.zeros(16, np.float32),
+              "w2": rng.standard_normal((16, 3)).astype(np.float32), "b2": np.zeros(3, np.float32)}
+    data = rng.standard_normal((10, 4)).astype(np.float32)
+
+    def loss(p: dict, x: fg.Tensor) -> fg.Tensor:
+        return ((fnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]) ** 2).mean()
+
+    programs = [
+        (lambda x: x.T.reshape(4, 12)[1:3, ::-2], (a,)),
+        (lambda x: fnp.pad(x, ((1, 0), (0, 2))) + 1, (a,)),
+        (lambda x: fnp.concatenate([x, x * 2], axis=1).sum(0), (a,)),
+        (lambda x, y: x @ y, (a, b)),
+        (lambda x: x.softmax(-1), (a,)),
+        (lambda x: fnp.argmax(x, axis=1), (a,)),
+        (fg.value_and_grad(loss), (params, data)),
+        (fg.jit(fg.value_and_grad(loss)), (params, data)),
+    ]
+    kernels = []
+    for function, args in programs:
+        ir = fg.make_ir(function)(*args)
+        opened = IR(tuple(ir.const_vars) + tuple(ir.in_vars), ir.eqns, ir.outputs)
+        kernels += [step.kernel for step in schedule(opened) if isinstance(step, KernelStep)]
+    return kernels
+
+
+@needs_nvcc
+def test_every_generated_kernel_compiles_to_ptx_with_nvcc() -> None:
+    kernels = op_grid_kernels() + reduction_kernels() + program_kernels()
+    names = [f"k{number}_{kernel_function_name(kernel)}" for number, kernel in enumerate(kernels)]
+    source, blocks = render_cuda(kernels, names)
+    assert blocks.count(LOCAL_REDUCE["group"]) >= 32, "the long reductions should use a block per output"
+    try:
+        ptx = cuda.compile_cuda(source, "sm_90", "ptx").decode()
+    except cuda.CUDAError as error:
+        numbered = "\n".join(f"{n + 1:5d} {line}" for n, line in enumerate(source.splitlines()))
+        pytest.fail(f"{error}\n--- source ---\n{numbered}")
+    for name in names:  # extern "C": every kernel is an entry point under its own name
+        assert f".entry {name}(" in ptx, name
+
+
+def test_cuda_source_uses_the_cuda_dialect() -> None:
+    f16 = np.dtype(np.float16)
+    kernel = elementwise_kernel("dialect", [f16], [alu("sin", load(0, g(), f16)), cast(load(0, g(), f16), np.int8)])
+    source, (block,) = render_cuda([kernel])
+    assert 'extern "C" __global__ void dialect(' in source and "__restrict__" in source
+    assert "blockIdx.x" in source and "threadIdx.x" in source and block is None
+    assert "#include <cuda_fp16.h>" in source and "__float2half_rn" in source and "sinf(" in source
+    assert "__device__ schar fg_float_to_schar(float x)" in source
+    local, (group,) = render_cuda([reduction_kernel("long_sum", "sum", np.dtype(np.float32), (1, 5000, 1))])
+    assert group == LOCAL_REDUCE["group"] and "__shared__ float partial" in local and "__syncthreads();" in local
+
+
+@needs_nvcc
+def test_nvcc_errors_carry_the_log() -> None:
+    with pytest.raises(cuda.CUDAError, match="nvcc failed(?s:.*)error"):
+        cuda.compile_cuda('extern "C" __global__ void broken(float* x) { x[0] = undefined_name; }')
+
+
+def test_probe_reason_without_a_runtime() -> None:
+    ok, reason = cuda.probe()
+    if not ok:
+        assert reason.startswith(("pycuda not installed", "no CUDA driver", "no CUDA device", "nvcc not found"))
+        with pytest.raises(cuda.CUDAError, match="CUDA is not available"):
+            cuda.CUDADevice()
+    info = {d.name: d for d in fg.devices()}["CUDA"]
+    assert info.available == ok and info.reason == reason
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32, dtypes.bool_, dtypes.uint8, dtypes.float16,
+                                   dtypes.float64], ids=lambda dt: dt.name)
+def test_op_grid_runs_on_the_gpu(dtype: np.dtype) -> None:
+    device = cuda.CUDADevice()
+    x, y = load(0, g(), dtype), load(1, g(), dtype)
+    ops = [op for op in UNARY if defined(op, dtype)] + [op for op in BINARY if defined(op, dtype, dtype)]
+    exprs = [alu(op, x, dtype=BOOL if op == "is_finite" else None) if op in UNARY else alu(op, x, y) for op in ops]
+    kernel = elementwise_kernel(f"grid_{dtype.name}", [dtype, dtype], exprs)
+    inputs = [sample(dtype, seed=1), sample(dtype, seed=2)]
+    outputs = [np.empty(a.shape, a.dtype) for a in kernel.out_avals]
+    device.compile(kernel)(inputs, outputs)
+    # CUDA's libdevice differs from NumPy by a few ulps in transcendental functions
+    failures = [check(op, got, want, max(2, ulp_budget(op, dtype)) if op in ulp_sensitive else 0)
+                for op, got, want in zip(ops, outputs, evaluate_kernel(kernel, inputs))]
+    assert not any(failures), [f for f in failures if f]
+
+
+ulp_sensitive = {"exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+                 "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "pow", "atan2", "rsqrt", "div"}
+
+
+@needs_gpu
+def test_mlp_gradient_under_jit_matches_cpu() -> None:
+    rng = np.random.default_rng(1)
+    params = {"w": rng.standard_normal((4, 8)).astype(np.float32), "b": np.zeros(8, np.float32)}
+    data = rng.standard_normal((10, 4)).astype(np.float32)
+    step = fg.jit(fg.grad(lambda p, x: (fnp.tanh(x @ p["w"] + p["b"]) ** 2).mean()))
+    got = step(fg.device_put(params, "CUDA"), fg.device_put(data, "CUDA"))
+    want = step(fg.device_put(params, "CPU"), fg.device_put(data, "CPU"))
+    for name in params:
+        np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), rtol=1e-5, atol=1e-6)
