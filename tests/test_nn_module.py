@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -73,6 +75,35 @@ def test_non_array_attributes_are_static_and_compared_by_value() -> None:
     assert fg.tree.structure(Affine(4)) != treedef
     rebuilt = treedef.unflatten(leaves)
     assert (rebuilt.size, rebuilt.name) == (3, "affine")
+
+
+_STATIC_VALUES = st.one_of(st.integers(), st.floats(allow_nan=False), st.text(max_size=4), st.none(),
+                           st.booleans(), st.lists(st.integers(), max_size=3), st.tuples(st.integers(), st.text()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(statics=st.dictionaries(st.from_regex(r"s_[a-z]{1,5}", fullmatch=True), _STATIC_VALUES, max_size=4),
+       tensor_count=st.integers(0, 3))
+def test_flatten_unflatten_round_trip_keeps_every_attribute(statics: dict, tensor_count: int) -> None:
+    class Bag(nn.Module):
+        pass
+
+    def build() -> Bag:
+        bag = Bag()
+        for i in range(tensor_count):
+            setattr(bag, f"t{i}", fnp.full((2,), float(i)))
+        for name, value in statics.items():
+            setattr(bag, name, value)
+        return bag
+
+    bag = build()
+    leaves, treedef = fg.tree.flatten(bag)
+    assert len(leaves) == tensor_count
+    rebuilt = treedef.unflatten(leaves)
+    assert list(vars(rebuilt)) == list(vars(bag))
+    for name, value in vars(bag).items():
+        assert rebuilt.__dict__[name] is value if isinstance(value, fg.Tensor) else rebuilt.__dict__[name] == value
+    assert fg.tree.structure(rebuilt) == treedef == fg.tree.structure(build())
 
 
 def test_unhashable_statics_are_compared_by_repr() -> None:
