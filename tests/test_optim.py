@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -187,6 +189,18 @@ def test_functional_and_stateful_optimisers_match_numpy(name, kw):
     expected = _numpy_reference(name, 5, **kw)
     np.testing.assert_allclose(_functional_run(name, **kw), expected, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(_stateful_run(name, **kw), expected, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "lamb"])
+@settings(max_examples=8, deadline=None)
+@given(lr=st.floats(0.001, 0.1), b1=st.floats(0.0, 0.95), b2=st.floats(0.9, 0.9999), decay=st.floats(0.0, 0.1),
+       nesterov=st.booleans())
+def test_functional_optimisers_match_numpy_for_any_hyperparameters(name, lr, b1, b2, decay, nesterov):
+    if name == "sgd":
+        kw = dict(lr=lr, momentum=b1, nesterov=nesterov and b1 > 0, weight_decay=decay)
+    else:
+        kw = dict(lr=lr, b1=b1, b2=b2, eps=1e-6, weight_decay=decay)
+    np.testing.assert_allclose(_functional_run(name, 3, **kw), _numpy_reference(name, 3, **kw), rtol=1e-4, atol=1e-5)
 
 
 def _torch_run(name, steps=5, **kw):
