@@ -25,6 +25,7 @@ from funcgrad.transforms import (
 )
 from funcgrad import lax
 from funcgrad import nn
+from funcgrad import datasets
 
 remat = checkpoint
 
@@ -33,7 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Array", "ConcretizationError", "Device", "device_put", "devices",
     "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
-    "checkpoint", "custom_jvp", "custom_vjp", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
+    "checkpoint", "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
     "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",
     "value_and_grad", "vjp", "vmap",
 ]
