@@ -84,3 +84,34 @@ def assert_device_matches_reference(actual: Any, reference: Any, maxulp: int = 4
     np.testing.assert_array_max_ulp(actual[finite].astype(np.float64 if actual.dtype.itemsize == 8 else np.float32),
                                     reference[finite].astype(np.float64 if actual.dtype.itemsize == 8 else np.float32),
                                     maxulp=maxulp)
+
+
+# --- devices: ``--devices=CPU,CL`` selects the devices that device-parametrised tests run on ---------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--devices", default=None,
+                     help="comma-separated devices for the tests that take a `device_name` (default: every "
+                          "registered device but REFERENCE; an unavailable one is skipped with its reason)")
+
+
+def selected_devices(config: pytest.Config) -> list[str]:
+    from funcgrad.devices import canonical_name, devices
+    option = config.getoption("--devices")
+    if option:
+        return [canonical_name(name) for name in option.split(",") if name.strip()]
+    return [info.name for info in devices() if info.name != "REFERENCE"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise every test that takes ``device_name`` over the selected devices."""
+    if "device_name" not in metafunc.fixturenames:
+        return
+    from funcgrad.devices import devices
+    reasons = {info.name: info.reason for info in devices() if not info.available}
+    known = {info.name for info in devices()}
+    params = []
+    for name in selected_devices(metafunc.config):
+        why = reasons.get(name) if name in known else f"no device {name} is registered"
+        marks = [pytest.mark.skip(reason=f"device {name} unavailable: {why}")] if why else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    metafunc.parametrize("device_name", params, scope="module")

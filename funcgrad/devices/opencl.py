@@ -149,6 +149,10 @@ class OpenCLDevice:
         self.queue.finish()
 
     # --- compiling ---
+    def supports(self, dtype: Any) -> bool:
+        """Whether kernels here can use ``dtype`` (float64 needs cl_khr_fp64; the rest always works)."""
+        return self.fp64 or np.dtype(dtype) != np.float64
+
     def check_dtypes(self, kernel: Kernel) -> None:
         if self.fp64:
             return

@@ -130,7 +130,7 @@ class Plan:
         device: Any = self.device
         host: dict[int, np.ndarray] = {}
         on_device: dict[int, Any] = {}
-        avals = {}
+        avals: dict[int, Any] = {}
         for var, value in zip(self.ir.const_vars, self.ir.consts if consts is None else consts):
             host[var.id] = np.asarray(value)
         for var, value in zip(self.ir.in_vars, args):

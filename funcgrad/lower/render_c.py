@@ -10,8 +10,10 @@ The semantics are those of the NumPy reference (``funcgrad.ir.primitives``) and 
 wrap-around integer arithmetic (computed in unsigned types, where C's overflow is defined),
 x / 0 = x % 0 = 0, MIN / -1 = MIN, shifts by >= the width give 0 (or -1 for negative values shifted
 right), NaN-propagating max/min with -0.0 < +0.0, float -> int conversions that saturate and send
-NaN to 0. float16 and bfloat16 are stored as 16-bit patterns, computed in float32 and rounded back
-after every operation; bool is stored as one byte. Index arithmetic is 64-bit.
+NaN to 0. float16 and bfloat16 values are 16-bit patterns (in memory and in registers, so moving
+them is exact); arithmetic converts them to float32 and rounds back to nearest even after every
+operation, in integer code that needs no half-precision support. bool is stored as one byte.
+Index arithmetic is 64-bit.
 
 What differs between dialects is small and overridable: the type names (``TYPES``), the kernel
 signature and address-space qualifiers, the thread-index expressions, local memory and barriers,
@@ -92,8 +94,23 @@ BFLOAT_HELPERS = """ushort fg_bf16_bits(float x) {
   if (isnan(x)) return (ushort)((bits >> 16) | 64);
   return (ushort)((bits + 32767u + ((bits >> 16) & 1u)) >> 16);
 }
-float fg_bf16_value(ushort bits) { return fg_bits_float((uint)bits << 16); }
-float fg_bf16_round(float x) { return fg_bf16_value(fg_bf16_bits(x)); }"""
+float fg_bf16_value(ushort bits) { return fg_bits_float((uint)bits << 16); }"""
+# float16 <-> float32 in integer arithmetic (round to nearest even; NaNs quieted, as F16C and NumPy)
+HALF_HELPERS = """float fg_half_value(ushort h) {
+  uint sign = (uint)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1fu) return fg_bits_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0) { float tiny = (float)mantissa * 5.9604644775390625e-8f; return sign ? -tiny : tiny; }
+  return fg_bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+ushort fg_half_bits(float x) {
+  uint bits = fg_float_bits(x), magnitude = bits & 0x7fffffffu;
+  ushort sign = (ushort)((bits >> 16) & 0x8000u);
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u | (ushort)((magnitude & 0x7fffffu) >> 13);
+  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;
+  if (magnitude < 0x38800000u) return sign | (ushort)rint(fg_bits_float(magnitude) * 16777216.0f);
+  uint rebased = magnitude - 0x38000000u;
+  return sign | (ushort)((rebased + 0xfffu + ((rebased >> 13) & 1u)) >> 13);
+}"""
 
 # float ALU operations on float32/float64: {x} {y} operands, {T} the type
 FLOAT_OPS = {
@@ -132,9 +149,9 @@ class CRenderer:
 
     dialect = "C"
     TYPES = {"bool": "bool", "int8": "char", "int16": "short", "int32": "int", "int64": "long", "uint8": "uchar",
-             "uint16": "ushort", "uint32": "uint", "uint64": "ulong", "float16": "float", "bfloat16": "float",
+             "uint16": "ushort", "uint32": "uint", "uint64": "ulong", "float16": "ushort", "bfloat16": "ushort",
              "float32": "float", "float64": "double"}
-    STORAGE = {"bool": "uchar", "float16": "ushort", "bfloat16": "ushort"}  # memory types that differ
+    STORAGE = {"bool": "uchar"}  # memory types that differ from the value types
     kernel_qualifier = "__kernel"
     global_qualifier = "__global"
     local_qualifier = "__local"
@@ -186,14 +203,16 @@ class CRenderer:
         """Bit cast between types of one width (value types, no bool, no 16-bit floats)."""
         return f"as_{self.value_type(target)}({x})"
 
-    def half_helpers(self) -> str:
-        """float16 <-> float32 with round to nearest even, on 16-bit patterns."""
-        return """ushort fg_half_bits(float x) { ushort h; vstore_half_rte(x, 0, (half*)&h); return h; }
-float fg_half_value(ushort bits) { return vload_half(0, (const half*)&bits); }
-float fg_half_round(float x) { return fg_half_value(fg_half_bits(x)); }"""
+    def double_to_float_toward_zero(self, x: str) -> str:
+        return f"convert_float_rtz({x})"
 
     def half_from_double(self) -> str:
-        return "ushort fg_half_bits_d(double x) { ushort h; vstore_half_rte(x, 0, (half*)&h); return h; }"
+        """float64 -> float16 rounded once: to float32 rounding to odd (truncate, then set the last
+        bit if inexact), then to float16."""
+        odd = self.reinterpret(f"{self.reinterpret('f', FLOAT32, np.dtype(np.uint32))} | 1u", np.dtype(np.uint32),
+                               FLOAT32)
+        return (f"ushort fg_half_bits_d(double x) {{ float f = {self.double_to_float_toward_zero('x')}; "
+                f"return fg_half_bits((double)f != x ? {odd} : f); }}")
 
     # --- types ----------------------------------------------------------------------------------
     def value_type(self, dtype: np.dtype) -> str:
@@ -230,9 +249,9 @@ float fg_half_round(float x) { return fg_half_value(fg_half_bits(x)); }"""
             if -(1 << 31) < number < (1 << 31):
                 return f"(({type_name}){number})"
             return f"(({type_name}){number & ((1 << dtype.itemsize * 8) - 1):#x}ul)"
+        if kind == "h":  # a bit pattern
+            return f"(({type_name}){int(np.asarray(value, dtype).view(np.uint16)):#06x})"
         rounded = float(np.asarray(value, dtype).astype(np.float64))
-        if kind == "h":  # computed in float32; the value is exact there
-            dtype = FLOAT32
         suffix = "f" if dtype == FLOAT32 else ""
         if np.isnan(rounded):
             return f"(({type_name})NAN)"
@@ -281,47 +300,35 @@ float fg_half_round(float x) { return fg_half_value(fg_half_bits(x)); }"""
         return result if natural == e.dtype else self.cast(result, natural, e.dtype)
 
     def load(self, buffer: str, index: str, dtype: np.dtype) -> str:
-        name = np.dtype(dtype).name
-        if name == "bool":
-            return f"({buffer}[{index}] != 0)"
-        if name == "float16":
-            self.helper("half", self.half_helpers())
-            return f"fg_half_value({buffer}[{index}])"
-        if name == "bfloat16":
-            self.bits_helpers()
-            self.helper("bfloat", BFLOAT_HELPERS)
-            return f"fg_bf16_value({buffer}[{index}])"
-        return f"{buffer}[{index}]"
+        return f"({buffer}[{index}] != 0)" if np.dtype(dtype) == BOOL else f"{buffer}[{index}]"
 
     def store_value(self, value: str, dtype: np.dtype) -> str:
-        """``value`` (a value-type expression) as the bits stored in memory."""
-        name = np.dtype(dtype).name
-        if name == "bool":
-            return f"(uchar)({value})"
-        if name == "float16":
-            self.helper("half", self.half_helpers())
-            return f"fg_half_bits({value})"
-        if name == "bfloat16":
-            self.bits_helpers()
-            self.helper("bfloat", BFLOAT_HELPERS)
-            return f"fg_bf16_bits({value})"
-        return value
+        """``value`` as the bits stored in memory."""
+        return f"(uchar)({value})" if np.dtype(dtype) == BOOL else value
 
-    def round_low(self, value: str, dtype: np.dtype) -> str:
-        """A float32 value rounded to float16/bfloat16 (still held as a float32)."""
-        if np.dtype(dtype).name == "float16":
-            self.helper("half", self.half_helpers())
-            return f"fg_half_round({value})"
+    def low_helpers(self, dtype: np.dtype) -> str:
+        """Declare the float16 or bfloat16 helpers; returns their name infix ('half' or 'bf16')."""
         self.bits_helpers()
+        if np.dtype(dtype).name == "float16":
+            self.helper("half", HALF_HELPERS)
+            return "half"
         self.helper("bfloat", BFLOAT_HELPERS)
-        return f"fg_bf16_round({value})"
+        return "bf16"
+
+    def to_float(self, bits: str, dtype: np.dtype) -> str:
+        """A float16/bfloat16 bit pattern as its float32 value."""
+        return f"fg_{self.low_helpers(dtype)}_value({bits})"
+
+    def from_float(self, value: str, dtype: np.dtype) -> str:
+        """A float32 value rounded to a float16/bfloat16 bit pattern."""
+        return f"fg_{self.low_helpers(dtype)}_bits({value})"
 
     def alu(self, op: str, operands: Sequence[str], dtype: np.dtype) -> str:
         dtype = np.dtype(dtype)
         kind = kind_of(dtype)
         if kind == "h":  # computed in float32, rounded back (comparisons and is_finite give bools)
-            result = self.alu(op, operands, FLOAT32)
-            return result if op in COMPARISONS or op == "is_finite" else self.round_low(result, dtype)
+            result = self.alu(op, [self.to_float(x, dtype) for x in operands], FLOAT32)
+            return result if op in COMPARISONS or op == "is_finite" else self.from_float(result, dtype)
         x = operands[0]
         y = operands[1] if len(operands) > 1 else None
         type_name = self.value_type(dtype)
@@ -360,18 +367,19 @@ float fg_half_round(float x) { return fg_half_value(fg_half_bits(x)); }"""
             return x
         from_kind, to_kind = kind_of(source), kind_of(target)
         if to_kind == "b":
-            return f"({x} != 0)"
+            return f"({self.to_float(x, source)} != 0)" if from_kind == "h" else f"({x} != 0)"
         if from_kind == "b":
-            return f"({self.value_type(target)})({x} ? 1 : 0)" if to_kind != "h" else f"({x} ? 1.0f : 0.0f)"
-        if from_kind == "h":  # the value is already a float32
-            return self.cast(x, FLOAT32, target) if target != FLOAT32 else x
+            return f"({self.value_type(target)})({x} ? 1 : 0)" if to_kind != "h" else \
+                self.from_float(f"({x} ? 1.0f : 0.0f)", target)
+        if from_kind == "h":
+            return self.cast(self.to_float(x, source), FLOAT32, target)
         if to_kind == "h":
             if source.name == "float64" and target.name == "float16":  # one rounding, as NumPy
-                self.helper("half", self.half_helpers())
+                self.low_helpers(target)
                 self.helper("half_d", self.half_from_double())
-                return f"fg_half_value(fg_half_bits_d({x}))"
-            wide = self.cast(x, source, FLOAT32)  # ints and float64 reach bfloat16 through float32
-            return self.round_low(wide, target)
+                return f"fg_half_bits_d({x})"
+            # ints and float64 reach bfloat16 through float32 (as ml_dtypes), ints reach float16 so too
+            return self.from_float(self.cast(x, source, FLOAT32), target)
         if from_kind in "su" and to_kind in "su":
             return f"({self.value_type(target)})({x})"
         return self.convert(x, source, target)
@@ -382,28 +390,17 @@ float fg_half_round(float x) { return fg_half_value(fg_half_bits(x)); }"""
             raise ValueError(f"bitcast needs dtypes of one width, got {source.name} and {target.name}")
         if source == target:
             return x
+        # float16/bfloat16 values are already their bit patterns: bit casts of them are integer casts
+        source, target = (np.dtype(np.uint16) if kind_of(dt) == "h" else dt for dt in (source, target))
+        if source == target:
+            return x
         if kind_of(source) == "b":
-            return f"({self.value_type(target)})({x} ? 1 : 0)" if kind_of(target) != "h" else \
-                self.bitcast(f"(ushort)({x} ? 1 : 0)", np.dtype("uint16"), target)
+            return f"({self.value_type(target)})({x} ? 1 : 0)"
         if kind_of(target) == "b":
             return f"({x} != 0)"
-        if kind_of(source) == "h":
-            x = self.store_value(x, source)
-            source = np.dtype("uint16")
-        if kind_of(target) == "h":
-            return self.load_bits(f"(ushort)({self.bitcast(x, source, np.dtype('uint16'))})", target)
         if kind_of(source) in "su" and kind_of(target) in "su":
             return f"({self.value_type(target)})({x})"
         return self.reinterpret(x, source, target)
-
-    def load_bits(self, bits: str, dtype: np.dtype) -> str:
-        """A 16-bit pattern as the float32 value of a float16/bfloat16."""
-        if np.dtype(dtype).name == "float16":
-            self.helper("half", self.half_helpers())
-            return f"fg_half_value({bits})"
-        self.bits_helpers()
-        self.helper("bfloat", BFLOAT_HELPERS)
-        return f"fg_bf16_value({bits})"
 
     # --- reductions -----------------------------------------------------------------------------
     def reduce_identity(self, op: str, dtype: np.dtype, empty: bool) -> str:
@@ -467,6 +464,8 @@ float fg_half_round(float x) { return fg_half_value(fg_half_bits(x)); }"""
             self.indent = depth + 1
             saved = dict(self.cache)
             value = self.value(kernel.reduce_expr)
+            if kind_of(acc_dtype) == "h":
+                value = self.to_float(value, acc_dtype)
             self.emit(f"acc = {self.combine(op, 'acc', value, acc_compute)};", self.indent)
             self.cache = saved
             for level in range(depth, 0, -1):
@@ -485,7 +484,7 @@ float fg_half_round(float x) { return fg_half_value(fg_half_bits(x)); }"""
                 self.emit("if (lid != 0) return;")
                 self.emit("acc = partial[0];")
             if kind_of(acc_dtype) == "h":
-                self.emit(f"float acc_rounded = {self.round_low('acc', acc_dtype)};")
+                self.emit(f"ushort acc_rounded = {self.from_float('acc', acc_dtype)};")
                 self.acc_name = "acc_rounded"
             else:
                 self.acc_name = "acc"
