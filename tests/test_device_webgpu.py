@@ -135,16 +135,17 @@ def test_binary_ops_match_reference(device: webgpu.WebGPUDevice, dtype: np.dtype
 
 
 def test_nan_infinity_and_signed_zero_semantics(device: webgpu.WebGPUDevice) -> None:
-    # the driver compiles comparisons as ordered and folds x != x: the renderer works on bits
+    # the driver compiles comparisons as ordered and folds x != x, 0 / y and x / 0.0 (to 0)
     f32 = np.dtype(np.float32)
     x, y = load(0, g(), f32), load(1, g(), f32)
     ops = ["max", "min", "ne", "eq", "lt", "div", "atan2"]
     kernel = elementwise_kernel("specials", [f32, f32], [alu(op, x, y) for op in ops] + [
-        alu("div", x, const(0.0, f32)), cast(x, np.dtype(np.int32)), alu("is_finite", x, dtype=BOOL)], n=8)
+        alu("div", x, const(0.0, f32)), alu("div", const(0.0, f32), y), cast(x, np.dtype(np.int32)),
+        alu("is_finite", x, dtype=BOOL)], n=8)
     a = np.array([np.nan, 1.0, 0.0, -0.0, np.inf, -1.0, 0.0, -np.inf], np.float32)
     b = np.array([1.0, np.nan, -0.0, 0.0, np.inf, 0.0, 0.0, 3e9], np.float32)
-    for label, got, want in zip(ops + ["div by constant 0", "to int32", "is_finite"], run(device, kernel, [a, b]),
-                                evaluate_kernel(kernel, [a, b])):
+    labels = ops + ["div by constant 0", "constant 0 / y", "to int32", "is_finite"]
+    for label, got, want in zip(labels, run(device, kernel, [a, b]), evaluate_kernel(kernel, [a, b])):
         assert check(label, got, want) is None, check(label, got, want)
         if got.dtype.kind == "f":  # signed zeros too (a NaN's sign is not specified)
             numbers = ~np.isnan(want)

@@ -14,10 +14,11 @@ WGSL is narrower than the kernel IR, so some values change form at the buffer bo
   int64 index arithmetic is rendered in i32; ``check_kernel`` makes sure every size fits.
 
 Integer semantics follow the reference (x / 0 = x % 0 = 0, shifts out of range give 0 or -1,
-wrap-around arithmetic). Floats: lavapipe (Mesa) compiles comparisons as ordered and folds
-``x != x``, so NaN tests and NaN-propagating max/min work on the bits; it folds x / 0.0 to 0, so
-division by a literal zero is written out as IEEE's result; WGSL literals cannot spell infinities,
-so non-finite constants are built from their bits. Subnormals may be flushed to zero. Math the
+wrap-around arithmetic). Floats: lavapipe (Mesa) optimizes floats unsafely: it compiles comparisons
+as ordered, folds ``x != x``, and folds 0 / x and x / 0.0 to 0. So NaN tests and NaN-propagating
+max/min work on the bits, and every float constant is built at run time from its bits and
+``fg_zero`` (a private variable set to ``groups.z - 1``, which is 0 but unknown to the compiler);
+that also spells infinities, which WGSL literals cannot. Subnormals may be flushed to zero. Math the
 WGSL library lacks or gets badly wrong (expm1, log1p, erf, fmod, asin, atan, pow of negative
 bases, ...) is written here from exp/log; tests/test_device_webgpu.py documents the accuracy.
 """
@@ -90,8 +91,7 @@ def op_class(dtype: np.dtype) -> str:
 # --- constants ------------------------------------------------------------------------------------
 
 def render_const(value: Any, dtype: np.dtype) -> str:
-    """A WGSL literal. Non-finite floats (which WGSL literals cannot spell) are built from their
-    bits and ``fg_zero``."""
+    """A WGSL literal; floats are built from their bits and ``fg_zero`` (see the module docstring)."""
     kind = op_class(dtype)
     if kind == "b":
         return "true" if value else "false"
@@ -102,11 +102,8 @@ def render_const(value: Any, dtype: np.dtype) -> str:
         return "i32(-2147483647 - 1)" if integer == -2**31 else f"{integer}i"
     if kind == "u":
         return f"{int(value) & 0xFFFFFFFF}u"
-    number = float(np.float32(value))
-    if not np.isfinite(number):
-        bits = struct.unpack("<I", struct.pack("<f", number))[0]
-        return f"bitcast<f32>(0x{bits:08x}u | fg_zero)"
-    return f"{number.hex()}f" if number != int(number) or abs(number) >= 2**24 else f"{number!r}f"
+    bits = struct.unpack("<I", struct.pack("<f", float(np.float32(value))))[0]
+    return f"bitcast<f32>(0x{bits:08x}u | fg_zero)"
 
 
 # --- operations -----------------------------------------------------------------------------------
@@ -165,10 +162,6 @@ HELPERS: dict[str, str] = {
     "fg_isnan": """fn fg_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }""",
     "fg_nan": """fn fg_nan() -> f32 { return bitcast<f32>(0x7fc00000u | fg_zero); }""",
     "fg_inf": """fn fg_inf() -> f32 { return bitcast<f32>(0x7f800000u | fg_zero); }""",
-    "fg_div_by_zero": """fn fg_div_by_zero(x: f32, negative_zero: bool) -> f32 {
-  if (fg_isnan(x) || x == 0.0f) { return fg_nan(); }
-  return select(fg_inf(), -fg_inf(), (x < 0.0f) != negative_zero);
-}""",
     # NaN propagates; -0.0 < +0.0 (IEEE 754-2019 maximum/minimum, as the reference)
     "fg_max": """fn fg_max(x: f32, y: f32) -> f32 {
   if (fg_isnan(x) || fg_isnan(y)) { return fg_nan(); }
@@ -447,12 +440,7 @@ class _ShaderBuilder:
             return self.let(self.use(bitcast_text(self.value(e.args[0]), e.args[0].dtype, e.dtype)), e.dtype)
         source = e.args[0].dtype
         operands = [self.value(a) for a in e.args]
-        if e.op == "div" and op_class(source) == "f" and e.args[1].op == "const" and e.args[1].arg == 0:
-            # the driver folds x / 0.0 to 0, even through a runtime zero: spell out IEEE's result
-            negative = "true" if np.signbit(e.args[1].arg) else "false"
-            text = narrow(f"fg_div_by_zero({operands[0]}, {negative})", source)
-        else:
-            text = alu_text(e.op, operands, source)
+        text = alu_text(e.op, operands, source)
         natural = BOOL if e.op in COMPARISONS or e.op == "is_finite" else source
         if natural != e.dtype:
             text = cast_text(f"({text})", natural, e.dtype)
@@ -562,6 +550,7 @@ def render_wgsl(kernel: Kernel) -> str:
     check_kernel(kernel)
     builder = _ShaderBuilder()
     size = int(np.prod(kernel.shape, dtype=np.int64))
+    builder.emit("fg_zero = groups.z - 1u;  // 0, but only known at run time (see the module docstring)")
     builder.emit(f"let index = gid.x + gid.y * groups.x * {WORKGROUP_SIZE}u;")
     builder.emit(f"if (index >= {size}u) {{ return; }}")
     rest = "i32(index)"
@@ -603,7 +592,7 @@ def render_wgsl(kernel: Kernel) -> str:
     bindings += [f"@group(0) @binding({len(kernel.out_avals) + n}) var<storage, read> in{n}: "
                  f"array<{_storage_type(a.dtype)}>;" for n, a in enumerate(kernel.in_avals)]
     header = [f"// kernel {kernel.name}", *(f"//   {line}" for line in str(kernel).splitlines()[1:])]
-    return "\n".join([*header, *bindings, "var<private> fg_zero: u32;  // a zero no compiler folds", "",
+    return "\n".join([*header, *bindings, "var<private> fg_zero: u32;", "",
                       *builder.helpers.values(), "",
                       f"@compute @workgroup_size({WORKGROUP_SIZE})",
                       "fn main(@builtin(global_invocation_id) gid: vec3<u32>, "
