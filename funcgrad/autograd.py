@@ -44,6 +44,28 @@ def is_training() -> bool:
     return _training[0]
 
 
+_grad_writes: list[set[int]] = []  # one set per running jit trace: ids of Tensors whose .grad was assigned
+
+
+def set_grad(tensor: Tensor, value: Tensor | None) -> None:
+    """Assign ``tensor.grad``, noting it for jit's write-back (so a reset to None counts even when
+    the value was already None while tracing). ``backward()`` and ``zero_grad()`` assign through it."""
+    tensor.grad = value
+    for writes in _grad_writes:
+        writes.add(id(tensor))
+
+
+@contextlib.contextmanager
+def recording_grad_writes() -> Iterator[set[int]]:
+    """Collect the ids of the Tensors whose ``.grad`` ``set_grad`` assigns inside the block."""
+    writes: set[int] = set()
+    _grad_writes.append(writes)
+    try:
+        yield writes
+    finally:
+        _grad_writes.remove(writes)
+
+
 def backward(loss: Tensor, gradient: Any = None) -> Tensor:
     """Accumulate d loss / d leaf into ``leaf.grad`` for every Tensor with ``requires_grad=True``
     that ``loss`` depends on. ``gradient`` defaults to 1 (``loss`` must then be a scalar)."""
@@ -77,7 +99,7 @@ def backward(loss: Tensor, gradient: Any = None) -> Tensor:
     seed = np.ones((), loss.dtype)[()] if gradient is None else gradient
     for i, grad in zip(wrt, pullback(seed)):
         leaf = by_buffer[id(inputs[i])]
-        leaf.grad = grad if leaf.grad is None else leaf.grad + grad
+        set_grad(leaf, grad if leaf.grad is None else leaf.grad + grad)
     return loss
 
 
@@ -110,7 +132,7 @@ def _traced_backward(loss: Tensor, data: Tracer, gradient: Any) -> Tensor:
     seed = np.ones((), loss.dtype)[()] if gradient is None else gradient
     for var, grad in zip(wrt, pullback(seed)):
         leaf = leaves[var.id]
-        leaf.grad = grad if leaf.grad is None else leaf.grad + grad
+        set_grad(leaf, grad if leaf.grad is None else leaf.grad + grad)
     return loss
 
 

@@ -144,10 +144,16 @@ def test_write_back_keeps_identity_and_grads_hold_concrete_values():
 def test_grads_reset_inside_the_step_are_reset_by_the_call():
     model = TinyLinear(W, B)
     opt = nn.optim.SGD([model.weight, model.bias], lr=0.1)
+    reset = fg.jit(lambda model, opt: opt.zero_grad())
+    reset(model, opt)  # traced while the grads are None: resetting them changes nothing yet
     loss_fn(model(Tensor(X)), Tensor(Y)).backward()
     assert model.weight.grad is not None
-    fg.jit(lambda model, opt: opt.zero_grad())(model, opt)
-    assert model.weight.grad is None and model.bias.grad is None
+    reset(model, opt)
+    assert model.weight.grad is None and model.bias.grad is None and reset.trace_count == 1
+    loss_fn(model(Tensor(X)), Tensor(Y)).backward()
+    forward = fg.jit(lambda model, x: model(x))
+    forward(model, Tensor(X))
+    assert model.weight.grad is not None  # a function that does not touch .grad leaves it alone
 
 
 def test_buffer_swapped_in_a_jitted_forward_is_written_back():

@@ -28,6 +28,7 @@ import numpy as np
 
 import funcgrad.numpy as fnp
 from funcgrad import tree
+from funcgrad.autograd import set_grad
 from funcgrad.ir import dtypes
 from funcgrad.lazy import LazyBuffer, realize
 from funcgrad.tensor import Tensor
@@ -257,7 +258,7 @@ class Optimizer:
 
     def zero_grad(self) -> None:
         for p in self.params:
-            p.grad = None
+            set_grad(p, None)
 
     def step(self) -> None:
         """Update every parameter that has a ``.grad`` in place (the Tensor objects stay)."""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from funcgrad import tree
+from funcgrad.autograd import recording_grad_writes
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.higher_order import jit_p, open_ir
@@ -141,7 +142,7 @@ class Jitted:
 
     def _trace(self, args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> tuple[Entry, list[Any], bool]:
-        """The (open IR, output tree, consts) for this signature, tracing on a miss; the flat
+        """The (open IR, output tree, consts, write-back) for this signature, tracing on a miss; the flat
         dynamic argument leaves; and whether the entry is cached (closures over another trace's
         values are not)."""
         dynamic, static_values, call_with = self._split(args, kwargs)
@@ -249,10 +250,11 @@ def _trace_in_place(fn: Callable[..., Any], dynamic: Any, leaves: list[Any], ava
             # an argument whose leaves are all Tensors is passed as the caller's object itself
             args = tuple(a if _all_tensors(a) else b for a, b in zip(dynamic[0], args))
             kwargs = {k: dynamic[1][k] if _all_tensors(dynamic[1][k]) else v for k, v in kwargs.items()}
-            out_leaves, out_tree = tree.flatten(fn(args, kwargs))
+            with recording_grad_writes() as grad_writes:
+                out_leaves, out_tree = tree.flatten(fn(args, kwargs))
             atoms = [_atom_for(builder, as_output(leaf)) for leaf in out_leaves]
             replaced = [(i, t) for i, t, _, _ in saved.values() if t._data is not tracers[i]]
-            regraded = [(i, t.grad) for i, t, _, grad in saved.values() if t.grad is not grad]
+            regraded = [(i, t.grad) for i, t, _, grad in saved.values() if t.grad is not grad or id(t) in grad_writes]
             atoms += [_atom_for(builder, t) for _, t in replaced]
             atoms += [_atom_for(builder, as_output(grad)) for _, grad in regraded if grad is not None]
             ir = builder.build(atoms)
