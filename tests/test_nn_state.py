@@ -15,6 +15,8 @@ import time
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 from funcgrad.nn import state
@@ -221,6 +223,13 @@ def test_big_endian_arrays_are_stored_little_endian(tmp_path):
     assert state.safe_load(tmp_path / "be.safetensors")["x"].tolist() == [1, 256]
 
 
+def test_bools_are_written_as_zero_or_one(tmp_path):
+    odd = np.frombuffer(b"\x00\x02\xff", dtype=np.bool_)  # NumPy bools holding other bytes
+    state.safe_save({"m": odd}, tmp_path / "m.safetensors")
+    assert (tmp_path / "m.safetensors").read_bytes()[-3:] == b"\x00\x01\x01"
+    assert state.safe_load(tmp_path / "m.safetensors")["m"].tolist() == [False, True, True]
+
+
 def test_package_reads_our_files_and_we_read_its_files(tmp_path):
     st_numpy = pytest.importorskip("safetensors.numpy")
     ours = tmp_path / "ours.safetensors"
@@ -253,6 +262,29 @@ def test_torch_reads_our_files_and_we_read_its_files(tmp_path):
         assert back[name].shape == tuple(t.shape)
         assert back[name].numpy().tobytes() == t.contiguous().view(torch.uint8).numpy().tobytes(), name
     assert back["h"].dtype == fg.dtypes.bfloat16 and back["i"].dtype == fg.dtypes.int64
+
+
+def test_optimiser_state_round_trip(tmp_path):
+    def trained() -> tuple[dict, fg.nn.optim.Adam]:
+        params = {"w": fg.Tensor(np.ones(3, np.float32), requires_grad=True)}
+        return params, fg.nn.optim.Adam([params["w"]], lr=0.1)
+
+    params, opt = trained()
+    for _ in range(2):
+        opt.zero_grad()
+        (params["w"] * fg.Tensor([1.0, -2.0, 3.0])).sum().backward()
+        opt.step()
+    state.safe_save({**state.get_state_dict(params), **{f"opt.{k}": v for k, v in state.get_state_dict(opt).items()}},
+                    tmp_path / "ckpt.safetensors")
+    new_params, new_opt = trained()
+    loaded = state.safe_load(tmp_path / "ckpt.safetensors")
+    state.load_state_dict(new_params, {k: v for k, v in loaded.items() if not k.startswith("opt.")})
+    state.load_state_dict(new_opt, {k[4:]: v for k, v in loaded.items() if k.startswith("opt.")})
+    for p, o in ((params, opt), (new_params, new_opt)):  # one more step from the same state: the same result
+        o.zero_grad()
+        (p["w"] * fg.Tensor([1.0, -2.0, 3.0])).sum().backward()
+        o.step()
+    np.testing.assert_array_equal(new_params["w"].numpy(), params["w"].numpy())
 
 
 # --- corrupt files ---------------------------------------------------------------------------------
@@ -296,6 +328,58 @@ CORRUPT = {
                        "bytes other than 0 and 1"),
 }
 
+
+
+@st.composite
+def state_dicts(draw) -> dict[str, np.ndarray]:
+    names = draw(st.lists(st.text(min_size=1, max_size=8).filter(lambda n: n != "__metadata__"), max_size=5,
+                          unique=True))
+    result = {}
+    for name in names:
+        kind = draw(st.sampled_from(sorted(SAMPLES)))
+        shape = tuple(draw(st.lists(st.integers(0, 4), max_size=3)))
+        raw = draw(st.binary(min_size=int(np.prod(shape)) * SAMPLES[kind].dtype.itemsize,
+                             max_size=int(np.prod(shape)) * SAMPLES[kind].dtype.itemsize))
+        if kind == "BOOL":
+            result[name] = (np.frombuffer(raw, dtype=np.uint8) % 2 == 1).reshape(shape)
+        else:
+            result[name] = np.frombuffer(raw, dtype=SAMPLES[kind].dtype).reshape(shape)
+    return result
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arrays=state_dicts(), metadata=st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=5)))
+def test_any_state_dict_round_trips_bit_for_bit(tmp_path, monkeypatch, arrays, metadata):
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # durability is not what this test is about; syncs are slow
+    path = tmp_path / "any.safetensors"
+    state.safe_save(arrays, path, metadata=metadata)
+    assert_same(state.safe_load(path), arrays)
+    assert state.safe_load_metadata(path) == (metadata or {})
+
+
+# a small valid file: a 2x3 float32, a bool pair, metadata (header, then 24 + 2 data bytes)
+VALID_FILE = file_with({"__metadata__": {"k": "v"}, "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+                        "b": {"dtype": "BOOL", "shape": [2], "data_offsets": [24, 26]}},
+                       np.arange(6, dtype="<f4").tobytes() + b"\x01\x00")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_damaged_files_raise_only_safetensors_errors(tmp_path, data):
+    path = tmp_path / "f.safetensors"
+    content = bytearray(VALID_FILE)
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, len(content) - 1))
+        content[position] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(content)))
+    path.write_bytes(bytes(content[:cut]))
+    try:
+        loaded = state.safe_load(path)
+    except SafetensorsError:
+        return
+    # a damage that left a valid file: its tensors account for every data byte after the header
+    header_length = int.from_bytes(content[:8], "little")
+    assert sum(t.numpy().nbytes for t in loaded.values()) == cut - 8 - header_length
 
 @pytest.mark.parametrize("case", sorted(CORRUPT))
 def test_corrupt_file_raises_clear_error(tmp_path, case):

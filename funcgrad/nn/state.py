@@ -164,6 +164,8 @@ def _host_array(name: str, value: Any) -> np.ndarray:
     if base not in _NAME_OF_DTYPE:
         raise TypeError(f"safe_save: {name!r} has dtype {array.dtype}, which safetensors cannot hold here; "
                         f"supported: {', '.join(dt.name for dt in _NAME_OF_DTYPE)}")
+    if base == dtypes.bool_:  # a NumPy bool can hold any byte; safetensors readers expect 0 or 1
+        return np.asarray(array, order="C").view(np.uint8) != 0
     return np.asarray(array, dtype=base.newbyteorder("<"), order="C")
 
 
