@@ -272,3 +272,18 @@ def test_nn_linear_and_batchnorm_train_step_under_jit():
     running_mean, running_var, batches = jit_model.buffers()
     assert batches.item() == 3 and np.abs(running_mean.numpy()).sum() > 0  # the buffers were written back
     np.testing.assert_allclose(running_var.numpy(), eager_model.buffers()[1].numpy(), rtol=1e-5)
+
+
+def test_scheduled_learning_rate_in_a_jitted_step_traces_once():
+    schedule = nn.optim.warmup_cosine_decay(0.0, 0.2, warmup_steps=2, decay_steps=5)
+    results = []
+    for jitted in (False, True):
+        model = _linear()
+        opt = nn.optim.SGD(model.parameters(), lr=schedule, momentum=0.9)
+        step = fg.jit(stateful_step) if jitted else stateful_step
+        losses = [step(model, opt, Tensor(X), Tensor(Y)).item() for _ in range(5)]
+        results.append((losses, model.weight.numpy()))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-6)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-6)
+    assert results[0][0][0] == results[0][0][1]  # lr 0 at step 0: the first update changes nothing
+    assert step.trace_count == 1
