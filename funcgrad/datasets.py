@@ -27,6 +27,7 @@ import math
 import os
 import tempfile
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -73,7 +74,7 @@ def _read_bytes(path: str) -> bytes:
     try:
         with gzip.open(path, "rb") as zipped:
             return zipped.read()
-    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
         raise IDXError(f"{path}: damaged gzip data: {err}") from None
 
 
@@ -286,7 +287,7 @@ class DataLoader:
             raise ValueError("DataLoader needs at least one array")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
-        tensors = [a if isinstance(a, Tensor) else Tensor(a) for a in arrays]
+        tensors = [a if isinstance(a, Tensor) else Tensor(a) for a in arrays]  # NumPy float64 -> float32, as Tensor()
         for i, t in enumerate(tensors):
             if t.ndim == 0:
                 raise ValueError(f"DataLoader: array {i} is a scalar; arrays need a leading axis of rows")

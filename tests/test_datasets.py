@@ -84,9 +84,17 @@ def test_read_idx_rejects_bad_files_naming_them(tmp_path, content, message):
     assert str(path) in str(info.value)
 
 
-def test_read_idx_rejects_damaged_gzip(tmp_path):
+@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "bad crc"])
+def test_read_idx_rejects_damaged_gzip(tmp_path, damage):
+    zipped = bytearray(gzip.compress(idx_bytes(np.arange(1000, dtype=np.int32), 0x0C), mtime=0))
+    if damage == "truncated":
+        zipped = zipped[:-10]
+    elif damage == "flipped byte":
+        zipped[12] ^= 0xFF
+    else:
+        zipped[-8] ^= 0x01
     path = tmp_path / "bad.gz"
-    path.write_bytes(gzip.compress(idx_bytes(np.zeros(100, np.uint8), 0x08))[:-10])
+    path.write_bytes(bytes(zipped))
     with pytest.raises(IDXError, match=f"{path}: damaged gzip data"):
         datasets.read_idx(path)
 
