@@ -154,8 +154,7 @@ def test_download_goes_into_the_cache_with_a_checked_digest(tmp_path, no_data_an
     assert cached == sorted(f"{file.name}.gz" for file in dataset.files)  # no temporary files left
 
 
-def test_the_real_downloader_fetches_from_a_file_url(tmp_path, no_data_anywhere, monkeypatch):
-    monkeypatch.undo()  # only the environment of the fixture matters here: the real _download, file:// mirror
+def test_the_real_downloader_fetches_from_a_file_url(tmp_path, monkeypatch):
     monkeypatch.setenv("FUNCGRAD_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(datasets, "SYSTEM_DATA_DIRS", ())
