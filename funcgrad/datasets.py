@@ -234,7 +234,8 @@ def _load_file(dataset: _Dataset, file: _File, download: bool) -> np.ndarray:
         raise DatasetNotFoundError(
             f"{dataset.name}: {file.name} was not found; looked for:\n  {where}{tried}\n"
             f"To get it: {hint}put the four files (gzipped or raw) into $FUNCGRAD_DATA/{dataset.name}/ "
-            f"or {cache_dir(dataset.name)}/, or allow the download from {dataset.mirrors[0]}")
+            f"or {cache_dir(dataset.name)}/, or let this machine reach {dataset.mirrors[0]} "
+            "(with download=True, the default)")
     contents = _read_bytes(str(path))
     digest = _sha256(contents)
     if digest != file.idx_sha256:
