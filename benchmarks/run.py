@@ -982,6 +982,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         ",".join(w.name for w in WORKLOADS))
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
                         help="comma-separated frameworks to run (funcgrad always runs)")
+    parser.add_argument("--device", default=None,
+                        help="funcgrad's device (CPU, CL, CUDA, WEBGPU; default: $DEVICE, else funcgrad's default). "
+                             "Software devices (PoCL, lavapipe) are measured for correctness, not speed")
     return parser.parse_args(argv)
 
 
@@ -996,6 +999,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cache = tempfile.mkdtemp(prefix="funcgrad-bench-cache-")
     os.environ["FUNCGRAD_CACHE"] = cache  # before funcgrad is imported: a first call compiles everything
+    if args.device:
+        os.environ["DEVICE"] = args.device  # funcgrad's Device.DEFAULT: every funcgrad workload runs there
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     sys.path.insert(0, str(REPO_ROOT))  # this checkout's funcgrad, not an installed copy
     started = time.perf_counter()
@@ -1005,7 +1010,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.exit(f"funcgrad cannot be imported: {missing.get('funcgrad')}")
         frameworks = [f for f in FRAMEWORKS if f in versions]
         import funcgrad
+        try:
+            device = funcgrad.Device.DEFAULT
+        except ValueError as error:
+            sys.exit(str(error))
         meta = {
+            "device": device,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick, "python": platform.python_version(),
             "machine": platform.machine(), "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
             else os.cpu_count(), "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
@@ -1016,7 +1026,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "repetitions": sizes.repetitions, "budget_s": sizes.budget_s,
         }
         print(f"funcgrad {versions['funcgrad']} from {Path(funcgrad.__file__).parent} "
-              f"(commit {meta['funcgrad_commit']})")
+              f"(commit {meta['funcgrad_commit']}) on device {device}")
         print("peers: " + ", ".join(f"{k} {v}" for k, v in versions.items() if k != "funcgrad"))
         for name, why in missing.items():
             print(f"skipped {name}: {why}")

@@ -16,6 +16,7 @@ everywhere. Reductions may sum in another order (OpenCL's local-memory tree): se
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -398,3 +399,14 @@ def test_cl_plans_keep_intermediates_on_the_device(cl_device, monkeypatch):
     (got,) = plan.run([x])
     assert moved == {"up": 1, "down": 1}  # the input in once, the result out once
     np.testing.assert_allclose(got, eval_ir(ir, [x])[0], rtol=1e-5)
+
+
+def test_benchmarks_run_on_the_chosen_device(device_name, tmp_path):
+    out = tmp_path / "results.json"
+    process = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--only", "gelu,softmax",
+                              "--frameworks", "numpy", "--device", device_name, "--json", str(out)],
+                             capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stdout + process.stderr
+    report = json.loads(out.read_text())
+    assert report["meta"]["device"] == device_name and f"on device {device_name}" in process.stdout
+    assert [row["ok"] for row in report["workloads"]] == [True, True]  # funcgrad's results matched NumPy's
