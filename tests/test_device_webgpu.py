@@ -44,14 +44,13 @@ TINY = float(np.finfo(np.float32).tiny)
 TRIG_RANGE = 1e4  # sin, cos and tan are checked for |x| <= TRIG_RANGE
 
 # float32 tolerance per op as (ulps, relative, absolute); a result passes when any one holds.
-# exact: neg abs sign sqrt rsqrt floor ceil round add sub mul div max min (and comparisons).
+# exact: neg abs sign sqrt rsqrt floor ceil round add sub mul div rem max min (and comparisons).
 FLOAT32_TOLERANCE: dict[str, tuple[float, float, float]] = {
     **{op: (4, 0, TINY) for op in ("log", "log2", "log1p", "sin", "cos", "tan", "asin", "acos", "atan", "tanh",
                                    "asinh", "acosh", "atanh", "erf", "atan2")},
     # the driver's exp (GLSL.std.450 allows 3 + 2|x| ulp) and what is built on it
     **{op: (4, 8e-6, TINY) for op in ("exp", "exp2", "expm1", "sinh", "cosh", "pow")},
     "logistic": (4, 0, 4 * float(np.finfo(np.float32).eps)),  # 0.5 tanh(x/2) + 0.5, as the reference
-    "rem": (4, 0, 0),  # plus one ulp of the dividend: x - y * trunc(x / y) without a fused multiply-add
 }
 
 
@@ -88,11 +87,7 @@ def compare(label: str, op: str, got: np.ndarray, want: np.ndarray, operand: np.
     wide_got, wide_want = got.astype(np.float64), want.astype(np.float64)
     with np.errstate(invalid="ignore"):
         error = np.abs(wide_got - wide_want)
-        if op == "rem":
-            atol_each = np.spacing(np.abs(operand.astype(np.float32))).astype(np.float64)
-        else:
-            atol_each = np.full(got.shape, atol)
-        ok = (got == want) | (ulp_distance(got, want) <= ulps) | (error <= atol_each) \
+        ok = (got == want) | (ulp_distance(got, want) <= ulps) | (error <= atol) \
             | (error <= rtol * np.abs(wide_want))
         if op in ("sin", "cos", "tan"):  # the driver reduces larger arguments wrongly (sin(3e38) = -1)
             ok |= np.abs(operand.astype(np.float32)) > TRIG_RANGE
@@ -150,6 +145,17 @@ def test_nan_infinity_and_signed_zero_semantics(device: webgpu.WebGPUDevice) -> 
         if got.dtype.kind == "f":  # signed zeros too (a NaN's sign is not specified)
             numbers = ~np.isnan(want)
             assert np.array_equal(np.signbit(got[numbers]), np.signbit(want[numbers])), (label, got, want)
+
+
+def test_fmod_is_exact_where_x_minus_y_trunc_x_over_y_is_not(device: webgpu.WebGPUDevice) -> None:
+    f32 = np.dtype(np.float32)
+    a = np.array([1.0, 3e38, -3e38, 7.5, -0.0, 1e-30, 5.0, np.nan, 1.0], np.float32)
+    b = np.array([0.1, 1e-3, 7e-5, -2.0, 3.0, 3e-31, np.inf, 1.0, np.nan], np.float32)
+    kernel = elementwise_kernel("fmod", [f32, f32], [alu("rem", load(0, g(), f32), load(1, g(), f32))], n=a.size)
+    (got,) = run(device, kernel, [a, b])
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(got, np.fmod(a, b), equal_nan=True), (got, np.fmod(a, b))
+    assert np.array_equal(np.signbit(got[:7]), np.signbit(np.fmod(a, b)[:7]))
 
 
 @pytest.mark.parametrize("source", DTYPES, ids=lambda dt: dt.name)

@@ -160,16 +160,19 @@ INT_OPS: dict[str, dict[str, str]] = {
 # helper functions, emitted once per shader when a template names them
 HELPERS: dict[str, str] = {
     "fg_isnan": """fn fg_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }""",
-    "fg_nan": """fn fg_nan() -> f32 { return bitcast<f32>(0x7fc00000u | fg_zero); }""",
+    # x86's default NaN (sign set), which NumPy's results carry on the machines tests run on
+    "fg_nan": """fn fg_nan() -> f32 { return bitcast<f32>(0xffc00000u | fg_zero); }""",
     "fg_inf": """fn fg_inf() -> f32 { return bitcast<f32>(0x7f800000u | fg_zero); }""",
-    # NaN propagates; -0.0 < +0.0 (IEEE 754-2019 maximum/minimum, as the reference)
+    # NaN propagates (the first NaN operand, as NumPy); -0.0 < +0.0 (IEEE 754-2019 maximum/minimum, as the reference)
     "fg_max": """fn fg_max(x: f32, y: f32) -> f32 {
-  if (fg_isnan(x) || fg_isnan(y)) { return fg_nan(); }
+  if (fg_isnan(x)) { return x; }
+  if (fg_isnan(y)) { return y; }
   if (x == y) { return bitcast<f32>(bitcast<u32>(x) & bitcast<u32>(y)); }
   return select(y, x, x > y);
 }""",
     "fg_min": """fn fg_min(x: f32, y: f32) -> f32 {
-  if (fg_isnan(x) || fg_isnan(y)) { return fg_nan(); }
+  if (fg_isnan(x)) { return x; }
+  if (fg_isnan(y)) { return y; }
   if (x == y) { return bitcast<f32>(bitcast<u32>(x) | bitcast<u32>(y)); }
   return select(y, x, x < y);
 }""",
@@ -228,7 +231,7 @@ HELPERS: dict[str, str] = {
 }""",
     # tanh(|x|) = 1 - 2 / (exp(2|x|) + 1), a series near 0 (the driver's tanh overflows to NaN)
     "fg_tanh": """fn fg_tanh(x: f32) -> f32 {
-  if (fg_isnan(x)) { return x; }
+  if (fg_isnan(x) || x == 0.0f) { return x; }
   let a = abs(x);
   if (a < 0.625f) {
     let z = x * x;
@@ -268,10 +271,12 @@ HELPERS: dict[str, str] = {
     # |x| < 0.5: 2 atanh(s) with s = x / (2 + x), as a series in s (|s| <= 1/3)
     # near 1, through log1p (x - 1 is exact there): the driver's log is ~500 ulp off
     "fg_log": """fn fg_log(x: f32) -> f32 {
+  if (x < 0.0f) { return fg_nan(); }
   if (abs(x - 1.0f) < 0.5f) { return fg_log1p(x - 1.0f); }
   return log(x);
 }""",
     "fg_log2": """fn fg_log2(x: f32) -> f32 {
+  if (x < 0.0f) { return fg_nan(); }
   if (abs(x - 1.0f) < 0.5f) { return fg_log1p(x - 1.0f) * 1.4426950408889634f; }
   return log2(x);
 }""",
@@ -299,16 +304,47 @@ HELPERS: dict[str, str] = {
   let r = 1.0f - p * exp(-a * a);
   return select(r, -r, x < 0.0f);
 }""",
-    # C fmod: the remainder has the dividend's sign
+    # C fmod, exact: long division on the significands (as musl's fmodf); the remainder has the dividend's sign
     "fg_fmod": """fn fg_fmod(x: f32, y: f32) -> f32 {
-  if (fg_isnan(x) || fg_isnan(y) || y == 0.0f || abs(x) == fg_inf()) { return fg_nan(); }
-  if (abs(y) == fg_inf()) { return x; }
-  let a = abs(x);
-  let b = abs(y);
-  var r = fma(-b, trunc(a / b), a);
-  if (r < 0.0f) { r = r + b; }
-  if (r >= b) { r = r - b; }
-  return select(r, -r, x < 0.0f || (x == 0.0f && (bitcast<u32>(x) >> 31u) == 1u));
+  let ax = bitcast<u32>(x) & 0x7fffffffu;
+  let ay = bitcast<u32>(y) & 0x7fffffffu;
+  if (fg_isnan(x)) { return x; }
+  if (fg_isnan(y)) { return y; }
+  if (ay == 0u || ax == 0x7f800000u) { return fg_nan(); }
+  if (ax < ay) { return x; }
+  let sign = bitcast<u32>(x) & 0x80000000u;
+  var ex = i32(ax >> 23u);
+  var ey = i32(ay >> 23u);
+  var mx = ax & 0x7fffffu;
+  var my = ay & 0x7fffffu;
+  if (ex == 0i) {  // subnormal: normalize
+    let s = i32(countLeadingZeros(mx)) - 8i;
+    mx = mx << u32(s);
+    ex = 1i - s;
+  } else {
+    mx = mx | 0x800000u;
+  }
+  if (ey == 0i) {  // subnormal: normalize
+    let s = i32(countLeadingZeros(my)) - 8i;
+    my = my << u32(s);
+    ey = 1i - s;
+  } else {
+    my = my | 0x800000u;
+  }
+  loop {
+    if (mx >= my) {
+      mx = mx - my;
+      if (mx == 0u) { return bitcast<f32>(sign); }
+    }
+    if (ex <= ey) { break; }
+    mx = mx << 1u;
+    ex = ex - 1i;
+  }
+  let s = i32(countLeadingZeros(mx)) - 8i;
+  mx = mx << u32(s);
+  ex = ex - s;
+  if (ex > 0i) { return bitcast<f32>(sign | (u32(ex) << 23u) | (mx & 0x7fffffu)); }
+  return bitcast<f32>(sign | (mx >> u32(1i - ex)));
 }""",
     # C pow for float32, via exp2(y * log2|x|) (the driver's pow is undefined for x <= 0)
     "fg_pow": """fn fg_pow(x: f32, y: f32) -> f32 {
