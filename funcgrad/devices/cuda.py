@@ -127,13 +127,14 @@ class CUDAKernel:
         with self.device.active():
             buffers = [driver.mem_alloc(max(1, array.nbytes)) for array in (*outputs, *inputs)]
             try:
+                # as bytes: NumPy cannot export bfloat16 (an ml_dtypes type) through the buffer protocol
                 for buffer, array in zip(buffers[len(outputs):], inputs):
                     if array.nbytes:
-                        driver.memcpy_htod(buffer, array)
+                        driver.memcpy_htod(buffer, array.reshape(-1).view(np.uint8))
                 grid, block = self.launch_shape()
                 self.function(*buffers, grid=grid, block=block)
                 for buffer, array in zip(buffers, outputs):
-                    driver.memcpy_dtoh(array, buffer)
+                    driver.memcpy_dtoh(array.reshape(-1).view(np.uint8), buffer)
             except driver.Error as error:
                 raise CUDAError(f"kernel {self.name} failed on CUDA: {error}") from error
             finally:
