@@ -167,8 +167,8 @@ class Plan:
                 device.synchronize()
                 print(f"  {label:<40s} {(time.perf_counter() - started) * 1e6:9.1f} us", file=sys.stderr)
         if level >= 1:
-            print(f"realized with {len(self.kernels)} kernels on {device.name}, "
-                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps", file=sys.stderr)
+            print(f"realized with {len(self.kernels)} kernels, "
+                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps on {device.name}", file=sys.stderr)
         return [np.asarray(a.value) if isinstance(a, Literal) else to_host(a.id) for a in self.ir.outputs]
 
 

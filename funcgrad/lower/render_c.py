@@ -15,9 +15,13 @@ them is exact); arithmetic converts them to float32 and rounds back to nearest e
 operation, in integer code that needs no half-precision support. bool is stored as one byte.
 Index arithmetic is 64-bit.
 
-What differs between dialects is small and overridable: the type names (``TYPES``), the kernel
-signature and address-space qualifiers, the thread-index expressions, local memory and barriers,
-conversions and bit casts, half-precision helpers and the math function names (``MATH``).
+What differs between dialects is small and overridable: the type names (``TYPES``, ``STORAGE``;
+helpers also use OpenCL's short unsigned names ``uchar ushort uint ulong``, which another dialect
+typedefs in its ``preamble``), the kernel signature and address-space qualifiers (``signature``,
+``pointer``), the thread-index expressions (``global_id``, ``local_id``, ``group_id``), local memory
+and barriers (``local_array``, ``barrier``), the qualifier of helper functions, conversions and bit
+casts (``convert``, ``reinterpret``, ``double_to_float_toward_zero``) and the math function names
+(``MATH``, ``math_function``). ``render_program`` takes the dialect class.
 Expressions are emitted as one typed temporary per distinct node, so shared subexpressions are
 computed once and the source stays linear in the size of the kernel.
 """
@@ -32,7 +36,7 @@ import numpy as np
 
 from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr
 
-__all__ = ["CRenderer", "OpenCLRenderer", "render_opencl", "kernel_function_name", "LOCAL_REDUCE"]
+__all__ = ["CRenderer", "OpenCLRenderer", "render_program", "render_opencl", "kernel_function_name", "LOCAL_REDUCE"]
 
 FLOAT32 = np.dtype(np.float32)
 LOW_PRECISION = ("float16", "bfloat16")
@@ -504,20 +508,26 @@ class OpenCLRenderer(CRenderer):
     dialect = "OpenCL C"
 
 
-def render_opencl(kernels: Sequence[Kernel], names: Sequence[str] | None = None) -> tuple[str, list[int | None]]:
-    """One OpenCL C program holding every kernel (helpers once), and each kernel's work-group size
-    for a local-memory reduction (None: any size).
+def render_program(kernels: Sequence[Kernel], names: Sequence[str] | None = None,
+                   dialect: type[CRenderer] = OpenCLRenderer) -> tuple[str, list[int | None]]:
+    """One program in ``dialect`` holding every kernel (each helper once), and each kernel's
+    work-group size for a local-memory reduction (None: any size).
 
-    >>> source, groups = render_opencl([kernel])  # doctest: +SKIP
+    >>> source, groups = render_program([kernel])  # doctest: +SKIP
     """
     helpers: dict[str, str] = {}
     used: set[str] = set()
     functions, groups = [], []
-    renderer = OpenCLRenderer()
+    renderer = dialect()
     for position, kernel in enumerate(kernels):
-        renderer = OpenCLRenderer()
+        renderer = dialect()
         renderer.helpers, renderer.dtypes_used = helpers, used  # shared: each helper is written once
         _, function, group = renderer.render(kernel, names[position] if names else None)
         functions.append(function)
         groups.append(group)
     return "\n".join([*renderer.preamble(), *helpers.values(), *functions]) + "\n", groups
+
+
+def render_opencl(kernels: Sequence[Kernel], names: Sequence[str] | None = None) -> tuple[str, list[int | None]]:
+    """``render_program`` in OpenCL C."""
+    return render_program(kernels, names, OpenCLRenderer)
