@@ -268,3 +268,36 @@ def test_modules_and_children_walk_each_module_once() -> None:
     model.again = model.first
     assert len(model.children()) == 5          # first, blocks.0, blocks.1, table.b, again
     assert len(model.modules()) == 5           # self + 4 distinct Affines
+
+
+def test_tinygrad_style_layer_list_mixing_modules_and_functions() -> None:
+    """tinygrad's beautiful_mnist keeps ``[nn.Conv2d(...), Tensor.relu, ...]`` in one list: the
+    functions are static, the modules children, and paths keep the list indices."""
+    import funcgrad as fg
+    from funcgrad import nn
+    from funcgrad.nn import functional as F
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            self.layers = [nn.Linear(3, 4), F.relu, None, nn.Linear(4, 2)]
+
+        def __call__(self, x):
+            for layer in self.layers:
+                x = x if layer is None else layer(x)
+            return x
+
+    model = Model()
+    assert [name for name, _ in model.named_parameters()] == [
+        "layers.0.weight", "layers.0.bias", "layers.3.weight", "layers.3.bias"]
+    x = fg.Tensor(np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3))
+    grads = fg.grad(lambda m, x: m(x).sum())(model, x)
+    assert isinstance(grads, Model) and grads.layers[1] is F.relu and grads.layers[2] is None
+    w0, b0 = model.layers[0].weight.numpy(), model.layers[0].bias.numpy()
+    w1 = model.layers[3].weight.numpy()
+    hidden = x.numpy() @ w0.T + b0
+    upstream = (hidden > 0) * w1.sum(axis=0)  # d sum(relu(h) @ w1.T) / d h
+    np.testing.assert_allclose(grads.layers[0].bias.numpy(), upstream.sum(axis=0), rtol=1e-5, atol=1e-6)
+    jitted = fg.jit(lambda m, x: m(x))
+    np.testing.assert_allclose(jitted(model, x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    jitted(model, x)
+    assert jitted.trace_count == 1

@@ -98,6 +98,52 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+def _module_or_none(x: Any) -> bool:
+    return x is None or isinstance(x, Module)
+
+
+class _Mixed:
+    """A container attribute holding arrays or modules next to other things, such as tinygrad's
+    ``self.layers = [nn.Conv2d(1, 32, 5), Tensor.relu, ...]``: the child is the container with those
+    other things replaced by None (so paths keep their indices), and they are kept here, static."""
+
+    __slots__ = ("treedef", "statics", "_hash")
+
+    def __init__(self, treedef: Any, statics: tuple[tuple[int, Any], ...]) -> None:
+        self.treedef, self.statics = treedef, statics
+        self._hash = hash((treedef, statics))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Mixed) and self.treedef == other.treedef and self.statics == other.statics
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"<{len(self.statics)} static item(s)>"
+
+    def merge(self, child: Any) -> Any:
+        """Put the static items back into the (possibly transformed) child container."""
+        leaves = tree.leaves(child, is_leaf=_module_or_none)
+        for index, static in self.statics:
+            leaves[index] = static.value if isinstance(static, _ByRepr) else static
+        return tree.unflatten(self.treedef, leaves)
+
+
+def _split_statics(value: Any) -> tuple[Any, _Mixed | None]:
+    """``value`` itself when every item in it is an array or a module, else the container with the
+    other items replaced by None and a ``_Mixed`` holding them."""
+    if isinstance(value, (Tensor, np.ndarray, Module)):
+        return value, None
+    leaves, treedef = tree.flatten(value, is_leaf=_module_or_none)
+    is_child = [isinstance(leaf, (Tensor, np.ndarray, Module)) for leaf in leaves]
+    statics = tuple((i, _hashable(leaf)) for i, (leaf, child) in enumerate(zip(leaves, is_child)) if not child)
+    if not statics:
+        return value, None
+    kept = [leaf if child else None for leaf, child in zip(leaves, is_child)]
+    return tree.unflatten(treedef, kept), _Mixed(treedef, statics)
+
+
 def _dotted(path: tree.KeyPath) -> str:
     """``(GetAttrKey('layers'), SequenceKey(0), GetAttrKey('weight'))`` -> ``'layers.0.weight'``."""
     return ".".join(str(entry.key) for entry in path)
@@ -121,8 +167,9 @@ class Module:
         entries: list[tuple[str, Any]] = []
         for name, value in vars(self).items():
             if _holds_arrays(value):
-                children.append(value)
-                entries.append((name, _CHILD))
+                child, statics = _split_statics(value)
+                children.append(child)
+                entries.append((name, _CHILD if statics is None else statics))
             else:
                 entries.append((name, _hashable(value)))
         return children, _Layout(tuple(entries), self.training)
@@ -135,13 +182,16 @@ class Module:
         for name, static in layout.entries:
             if static is _CHILD:
                 attributes[name] = next(values)
+            elif isinstance(static, _Mixed):
+                attributes[name] = static.merge(next(values))
             else:
                 attributes[name] = static.value if isinstance(static, _ByRepr) else static
         return module
 
     @classmethod
     def __funcgrad_keys__(cls, layout: _Layout) -> list[tree.KeyEntry]:
-        return [tree.GetAttrKey(name) for name, static in layout.entries if static is _CHILD]
+        return [tree.GetAttrKey(name) for name, static in layout.entries
+                if static is _CHILD or isinstance(static, _Mixed)]
 
     # --- calling ---------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
