@@ -229,6 +229,8 @@ class TensorMethods:
                                         label_smoothing: builtins.float = 0.0) -> Tensor:
         """Mean cross-entropy of logits ``self`` (N, C) against integer ``labels`` (N,)."""
         labels = fnp.asarray(labels)
+        if labels.dtype.kind == "u":  # uint8 labels (as datasets.mnist gives) compare with ignore_index = -1
+            labels = labels.astype(dtypes.int32)
         if labels.shape != self.shape[:-1]:
             raise ValueError(f"sparse_categorical_crossentropy: labels of shape {labels.shape} do not "
                              f"match logits of shape {self.shape} (expected {self.shape[:-1]})")
