@@ -328,3 +328,21 @@ def test_in_axes_must_be_ints():
 def test_python_control_flow_on_a_batched_value_is_a_concretization_error():
     with pytest.raises(fg.ConcretizationError):
         fg.vmap(lambda x: x if x.sum() > 0 else -x)(fnp.asarray(A))
+
+
+def test_vmap_of_grad_returns_per_example_module_gradients():
+    """The output of vmap may be a Module (vmap(grad) over a model): its treedef only counts
+    array-valued attributes, so the out_axes placeholders must be arrays."""
+    from funcgrad import nn
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    xs = fg.Tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4))
+
+    def loss(m, x):
+        return fnp.sum(m(x) ** 2)
+
+    grads = fg.vmap(fg.grad(loss), in_axes=(None, 0))(model, xs)
+    assert isinstance(grads, nn.Sequential)
+    assert grads[0].weight.shape == (5, 3, 4)
+    for i in range(5):
+        single = fg.grad(loss)(model, xs[i])
+        np.testing.assert_allclose(grads[0].weight.numpy()[i], single[0].weight.numpy(), rtol=1e-5, atol=1e-6)

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive, broadcast_in_dim_p, transpose_p
 from funcgrad.ir.simplify import simplify
@@ -169,7 +171,8 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
                      ShapedArray(v.shape[:d] + v.shape[d + 1:], v.dtype) for v, d in zip(values, dims)]
         ir, out_tree = trace_flat(fn, [(a, False) for a in unbatched], in_tree, "vmap")
         out_prefix = out_axes
-        out_placeholder = tree.unflatten(out_tree, [0] * out_tree.num_leaves)
+        # array placeholders: a Module counts only array-valued attributes as children
+        out_placeholder = tree.unflatten(out_tree, [np.zeros(()) for _ in range(out_tree.num_leaves)])
         wanted = tree.broadcast_prefix(out_prefix, out_placeholder)
         normalized: list[int | None] = []
         for want, atom in zip(wanted, ir.outputs):
