@@ -227,20 +227,68 @@ class TensorMethods:
 
     def sparse_categorical_crossentropy(self, labels: Any, ignore_index: int = -1,
                                         label_smoothing: builtins.float = 0.0) -> Tensor:
-        """Mean cross-entropy of logits ``self`` (N, C) against integer ``labels`` (N,)."""
-        labels = fnp.asarray(labels)
-        if labels.dtype.kind == "u":  # uint8 labels (as datasets.mnist gives) compare with ignore_index = -1
-            labels = labels.astype(dtypes.int32)
-        if labels.shape != self.shape[:-1]:
-            raise ValueError(f"sparse_categorical_crossentropy: labels of shape {labels.shape} do not "
-                             f"match logits of shape {self.shape} (expected {self.shape[:-1]})")
-        log_probs = self.log_softmax(axis=-1)
-        classes = fnp.arange(self.shape[-1])
-        one_hot = (fnp.expand_dims(labels, -1) == classes).astype(log_probs.dtype)
-        targets = one_hot * (1 - label_smoothing) + label_smoothing / self.shape[-1]
-        valid = (labels != ignore_index).astype(log_probs.dtype)
-        losses = -fnp.sum(targets * log_probs, axis=-1) * valid
-        return fnp.sum(losses) / fnp.maximum(fnp.sum(valid), 1)
+        """Mean cross-entropy of logits ``self`` (..., C) against integer ``labels`` (...) (nn.functional's)."""
+        from funcgrad.nn import functional as F
+        return F.sparse_categorical_crossentropy(self, labels, ignore_index, label_smoothing)
+
+    # --- tinygrad's nn methods, delegating to funcgrad.nn.functional ---------------------------------
+    def conv2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: Any = 1, dilation: Any = 1,
+               padding: Any = 0) -> Tensor:
+        """tinygrad's argument order; see ``nn.functional.conv2d``."""
+        from funcgrad.nn import functional as F
+        return F.conv2d(self, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+    def max_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0) -> Tensor:
+        from funcgrad.nn import functional as F
+        return F.max_pool2d(self, kernel_size, stride, padding, dilation)
+
+    def avg_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, padding: Any = 0,
+                   count_include_pad: bool = True) -> Tensor:
+        from funcgrad.nn import functional as F
+        return F.avg_pool2d(self, kernel_size, stride, padding, count_include_pad)
+
+    def linear(self, weight: Any, bias: Any = None) -> Tensor:
+        """tinygrad's ``x.linear(w, b)``: ``x @ w + b`` with w of shape (in, out), unlike nn.functional.linear."""
+        out = fnp.matmul(self, weight)
+        return out if bias is None else out + bias
+
+    def gelu(self) -> Tensor:
+        """tinygrad's GELU: the tanh approximation."""
+        from funcgrad.nn import functional as F
+        return F.gelu(self, approximate="tanh")
+
+    def silu(self) -> Tensor:
+        from funcgrad.nn import functional as F
+        return F.silu(self)
+
+    def layernorm(self, axis: Any = -1, eps: builtins.float = 1e-5) -> Tensor:
+        """tinygrad's layernorm: normalize over ``axis`` (no scale or shift)."""
+        mean = fnp.mean(self, axis=axis, keepdims=True)
+        centered = self - mean
+        return centered * fnp.rsqrt(fnp.mean(centered * centered, axis=axis, keepdims=True) + eps)
+
+    def batchnorm(self, weight: Any, bias: Any, mean: Any, invstd: Any) -> Tensor:
+        """tinygrad's batchnorm: ``(x - mean) * weight * invstd + bias`` with per-channel (axis 1) vectors."""
+        shape = (1, -1) + (1,) * (self.ndim - 2)
+        out = self - fnp.reshape(mean, shape)
+        if weight is not None:
+            out = out * fnp.reshape(weight, shape)
+        out = out * (fnp.reshape(invstd, shape) if fnp.asarray(invstd).ndim == 1 else invstd)
+        return out if bias is None else out + fnp.reshape(bias, shape)
+
+    def dropout(self, p: builtins.float = 0.5) -> Tensor:
+        """tinygrad's dropout: active only in ``Tensor.train()`` mode, drawing from the global key."""
+        from funcgrad.autograd import is_training
+        from funcgrad.nn import functional as F
+        return F.dropout(self, p, training=is_training())
+
+    def binary_crossentropy(self, y: Any, reduction: str = "mean") -> Tensor:
+        from funcgrad.nn import functional as F
+        return F.binary_crossentropy(self, y, reduction)
+
+    def binary_crossentropy_logits(self, y: Any, reduction: str = "mean") -> Tensor:
+        from funcgrad.nn import functional as F
+        return F.binary_crossentropy_with_logits(self, y, reduction)
 
     def square(self) -> Tensor:
         return fnp.square(self)

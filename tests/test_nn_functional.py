@@ -484,3 +484,41 @@ def test_binary_losses_and_attention_match_torch_grads(rng: np.random.Generator)
     assert_close(loss.numpy(), tloss.item(), rtol=1e-4)
     assert_close(g_logits.numpy(), tl.grad.numpy(), rtol=1e-4, atol=1e-5)
     assert_close(g_q.numpy(), tq.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# --- seed-style Tensor methods and the compiled form ----------------------------------------------
+
+
+def test_tensor_methods_delegate_with_tinygrad_conventions(rng: np.random.Generator) -> None:
+    x, w = rand(rng, 2, 3, 6, 6), rand(rng, 4, 3, 3, 3)
+    t = fg.Tensor(x)
+    np.testing.assert_allclose(t.conv2d(w, padding=1, stride=2).numpy(),
+                               F.conv2d(x, w, stride=2, padding=1).numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(t.max_pool2d().numpy(), F.max_pool2d(x, 2).numpy())
+    np.testing.assert_allclose(t.avg_pool2d(3, 1, 1).numpy(), pool_ref(x, 3, 1, 1, "avg"), rtol=1e-5, atol=1e-6)
+    features, weight_in_out = rand(rng, 5, 3), rand(rng, 3, 2)  # tinygrad's linear takes (in, out)
+    assert_close(fg.Tensor(features).linear(weight_in_out, np.ones(2, np.float32)).numpy(),
+                 features.astype(np.float64) @ weight_in_out + 1, rtol=1e-5, atol=1e-6)
+    assert_close(t.gelu().numpy(), F.gelu(x, approximate="tanh").numpy())
+    assert_close(t.silu().numpy(), x / (1 + np.exp(-x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+    assert_close(t.layernorm().numpy(), F.layer_norm(x, 6).numpy(), rtol=1e-5, atol=1e-6)
+    mean, invstd, scale, shift = rand(rng, 3), np.abs(rand(rng, 3)), rand(rng, 3), rand(rng, 3)
+    expected = (x - mean[:, None, None]) * scale[:, None, None] * invstd[:, None, None] + shift[:, None, None]
+    assert_close(t.batchnorm(scale, shift, mean, invstd).numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(t.dropout(0.5).numpy(), x)  # not in training mode
+    with fg.Tensor.train():
+        assert np.mean(t.dropout(0.5).numpy() == 0) > 0.2
+    probs, labels = np.array([0.2, 0.9], np.float32), np.array([0.0, 1.0], np.float32)
+    assert_close(fg.Tensor(probs).binary_crossentropy(labels).numpy(), -np.log([0.8, 0.9]).mean(), rtol=1e-5)
+    logits = np.log(probs / (1 - probs))
+    assert_close(fg.Tensor(logits).binary_crossentropy_logits(labels).numpy(), -np.log([0.8, 0.9]).mean(),
+                 rtol=1e-5)
+
+
+def test_conv2d_compiles_to_one_kernel_with_affine_indices() -> None:
+    x, w = fg.Tensor(np.zeros((2, 3, 12, 12), np.float32)), fg.Tensor(np.zeros((4, 3, 3, 3), np.float32))
+    for kernel_list in (F.conv2d(x, w).schedule(), F.conv2d(x, w, dilation=2).schedule(),
+                        F.max_pool2d(x, 3, 2).schedule()):
+        assert len(kernel_list) == 1
+        listing = kernel_list[0].source.split("define")[0]  # the kernel IR printed above the LLVM code
+        assert "rem(" not in listing and "div(" not in listing, listing

@@ -558,7 +558,7 @@ def _class_losses(log_probs: Tensor, labels: Tensor, label_smoothing: float, ign
     if not dtypes.is_int(labels.dtype):
         raise TypeError(f"{name}: class targets must be integers, got dtype {labels.dtype.name}")
     if labels.shape != log_probs.shape[:-1]:
-        raise ValueError(f"{name}: targets of shape {labels.shape} do not match logits of shape "
+        raise ValueError(f"{name}: labels of shape {labels.shape} do not match logits of shape "
                          f"{log_probs.shape} (expected {log_probs.shape[:-1]} with classes last)")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{name}: label_smoothing must be in [0, 1], got {label_smoothing}")
