@@ -4,10 +4,13 @@ Without a GPU the renderer is still checked: every kernel generated for a broad 
 (every UNARY/BINARY op on every dtype, casts, bit casts, reductions (a thread per output and a block
 per output), movement ops, a matrix product, a softmax and an MLP's gradient under jit) goes
 into one .cu file compiled to PTX with ``nvcc -ptx -arch=sm_90``; a compile error fails with nvcc's
-log. The run tests need pycuda and a driver, and skip with the probe's reason otherwise.
+log. ``ptxas -v`` then assembles the PTX and reports registers; no kernel may spill.
+The run tests need pycuda and a driver, and skip with the probe's reason otherwise.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -107,6 +110,11 @@ def test_every_generated_kernel_compiles_to_ptx_with_nvcc() -> None:
         pytest.fail(f"{error}\n--- source ---\n{numbered}")
     for name in names:  # extern "C": every kernel is an entry point under its own name
         assert f".entry {name}(" in ptx, name
+    report = cuda.ptxas_report(ptx.encode(), "sm_90")
+    registers = [int(n) for n in re.findall(r"Used (\d+) registers", report)]
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)]
+    assert len(registers) == len(kernels) and not any(spills), report
+    print(f"{len(kernels)} kernels: at most {max(registers)} registers, no spills")
 
 
 def test_cuda_source_uses_the_cuda_dialect() -> None:
@@ -115,7 +123,7 @@ def test_cuda_source_uses_the_cuda_dialect() -> None:
     source, (block,) = render_cuda([kernel])
     assert 'extern "C" __global__ void dialect(' in source and "__restrict__" in source
     assert "blockIdx.x" in source and "threadIdx.x" in source and block is None
-    assert "#include <cuda_fp16.h>" in source and "__float2half_rn" in source and "sinf(" in source
+    assert "typedef signed char schar;" in source and "sinf(" in source
     assert "__device__ schar fg_float_to_schar(float x)" in source
     local, (group,) = render_cuda([reduction_kernel("long_sum", "sum", np.dtype(np.float32), (1, 5000, 1))])
     assert group == LOCAL_REDUCE["group"] and "__shared__ float partial" in local and "__syncthreads();" in local

@@ -29,7 +29,7 @@ from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.render_c import kernel_function_name
 from funcgrad.lower.render_cuda import render_cuda
 
-__all__ = ["CUDADevice", "CUDAKernel", "CUDAError", "compile_cuda", "nvcc_path", "probe", "BLOCK_SIZE"]
+__all__ = ["CUDADevice", "CUDAKernel", "CUDAError", "compile_cuda", "nvcc_path", "ptxas_report", "probe", "BLOCK_SIZE"]
 
 BLOCK_SIZE = 256  # threads per block for one-output-per-thread kernels
 
@@ -69,6 +69,20 @@ def compile_cuda(source: str, arch: str = "sm_90", output: str = "ptx") -> bytes
             raise CUDAError(f"nvcc failed ({' '.join(command[1:4])}):\n{finished.stderr}{finished.stdout}")
         with open(target_path, "rb") as handle:
             return handle.read()
+
+
+def ptxas_report(ptx: bytes, arch: str = "sm_90") -> str:
+    """ptxas's resource report (registers, shared memory, spills per kernel) for PTX text."""
+    ptxas = shutil.which("ptxas") or (os.path.join(os.path.dirname(nvcc_path() or ""), "ptxas"))
+    with tempfile.TemporaryDirectory(prefix="funcgrad-ptxas-") as folder:
+        path = os.path.join(folder, "kernels.ptx")
+        with open(path, "wb") as handle:
+            handle.write(ptx)
+        finished = subprocess.run([ptxas, f"-arch={arch}", "-v", path, "-o", os.path.join(folder, "kernels.cubin")],
+                                  capture_output=True, text=True)
+    if finished.returncode != 0:
+        raise CUDAError(f"ptxas failed:\n{finished.stderr}")
+    return finished.stderr
 
 
 def probe() -> tuple[bool, str]:

@@ -11,8 +11,9 @@ reductions) and the same semantics. What CUDA changes:
   ``schar`` (``signed char``: plain char's signedness is the platform's);
 * float32 math calls the ``f``-suffixed functions (``sinf``, ``expm1f``, ...); float -> integer
   conversions saturate and send NaN to 0 in a helper; bit casts use ``__float_as_int`` & co.;
-* float16 converts with ``cuda_fp16.h`` (``__float2half_rn``, round to nearest even); bfloat16 keeps
-  the base renderer's integer rounding, which is exact on every architecture.
+* float16 and bfloat16 use the base renderer's integer conversions (no ``cuda_fp16.h``), so CUDA and
+  OpenCL round identically on every architecture; float64 -> float16 truncates with
+  ``__double2float_rz`` before its single rounding.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad.lower.kernel import Kernel
-from funcgrad.lower.render_c import MATH, CRenderer, kind_of
+from funcgrad.lower.render_c import MATH, CRenderer, kind_of, render_program
 
 __all__ = ["CUDARenderer", "render_cuda", "PREAMBLE"]
 
@@ -70,7 +71,7 @@ class CUDARenderer(CRenderer):
         return f"__shared__ {type_name} {name}[{size}];"
 
     def preamble(self) -> list[str]:
-        return (["#include <cuda_fp16.h>"] if "float16" in self.dtypes_used else []) + [PREAMBLE]
+        return [PREAMBLE]
 
     def constant(self, value: Any, dtype: np.dtype) -> str:
         dtype = np.dtype(dtype)
@@ -110,13 +111,8 @@ class CUDARenderer(CRenderer):
             return f"__longlong_as_double((long long)({x}))" if wide else f"__int_as_float((int)({x}))"
         return f"({to_type})({x})"
 
-    def half_helpers(self) -> str:
-        return """ushort fg_half_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
-float fg_half_value(ushort bits) { return __half2float(__ushort_as_half(bits)); }
-float fg_half_round(float x) { return fg_half_value(fg_half_bits(x)); }"""
-
-    def half_from_double(self) -> str:
-        return "ushort fg_half_bits_d(double x) { return __half_as_ushort(__double2half(x)); }"
+    def double_to_float_toward_zero(self, x: str) -> str:
+        return f"__double2float_rz({x})"
 
 
 def render_cuda(kernels: Sequence[Kernel], names: Sequence[str] | None = None) -> tuple[str, list[int | None]]:
@@ -125,14 +121,4 @@ def render_cuda(kernels: Sequence[Kernel], names: Sequence[str] | None = None) -
 
     >>> source, blocks = render_cuda([kernel])  # doctest: +SKIP
     """
-    helpers: dict[str, str] = {}
-    used: set[str] = set()
-    functions, groups = [], []
-    renderer = CUDARenderer()
-    for position, kernel in enumerate(kernels):
-        renderer = CUDARenderer()
-        renderer.helpers, renderer.dtypes_used = helpers, used  # shared: each helper is written once
-        _, function, group = renderer.render(kernel, names[position] if names else None)
-        functions.append(function)
-        groups.append(group)
-    return "\n".join([*renderer.preamble(), *helpers.values(), *functions]) + "\n", groups
+    return render_program(kernels, names, CUDARenderer)
