@@ -360,15 +360,15 @@ class TensorMethods:
     # --- constructors (``Tensor.ones(2, 3)`` or ``Tensor.ones((2, 3))``) ------------------------
     @staticmethod
     def zeros(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-        return _with_grad(fnp.zeros(_shape_args(shape), dtype=dtype, device=device), requires_grad)
+        return _with_grad(_placed(fnp.zeros(_shape_args(shape), dtype=dtype, device=device), device), requires_grad)
 
     @staticmethod
     def ones(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-        return _with_grad(fnp.ones(_shape_args(shape), dtype=dtype, device=device), requires_grad)
+        return _with_grad(_placed(fnp.ones(_shape_args(shape), dtype=dtype, device=device), device), requires_grad)
 
     @staticmethod
     def empty(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-        return _with_grad(fnp.empty(_shape_args(shape), dtype=dtype, device=device), requires_grad)
+        return _with_grad(_placed(fnp.empty(_shape_args(shape), dtype=dtype, device=device), device), requires_grad)
 
     @staticmethod
     def full(shape: Any, fill_value: Any, dtype: Any = None, requires_grad: bool | None = None) -> Tensor:
@@ -420,6 +420,11 @@ class TensorMethods:
     def manual_seed(seed: int = 0) -> None:
         from funcgrad import random
         random.manual_seed(seed)
+
+
+def _placed(tensor: Tensor, device: str | None) -> Tensor:
+    """``tensor`` committed to ``device`` when one is named (see ``Tensor.to``)."""
+    return tensor if device is None else tensor.to(device)
 
 
 def _with_grad(tensor: Tensor, requires_grad: bool | None) -> Tensor:
