@@ -447,7 +447,8 @@ def batch_norm(x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayL
 
 def dropout(x: ArrayLike, rate: float = 0.5, key: ArrayLike | None = None, training: bool = True) -> Tensor:
     """Zero each element with probability ``rate`` and scale the rest by 1 / (1 - rate). With a ``key``
-    (funcgrad.random) it is pure; with ``key=None`` it draws from the global key (``Tensor.manual_seed``).
+    (funcgrad.random) it is pure; with ``key=None`` it draws from the global key (``Tensor.manual_seed``)
+    when called, so inside ``jit`` the mask drawn at trace time is reused by every call: pass a key there.
     The identity when not training or when rate is 0.
 
     >>> dropout(fnp.ones(3), 0.5, training=False).tolist()
