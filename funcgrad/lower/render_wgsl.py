@@ -18,9 +18,12 @@ wrap-around arithmetic). Floats: lavapipe (Mesa) optimizes floats unsafely: it c
 as ordered, folds ``x != x``, and folds 0 / x and x / 0.0 to 0. So NaN tests and NaN-propagating
 max/min work on the bits, and every float constant is built at run time from its bits and
 ``fg_zero`` (a private variable set to ``groups.z - 1``, which is 0 but unknown to the compiler);
-that also spells infinities, which WGSL literals cannot. Subnormals may be flushed to zero. Math the
-WGSL library lacks or gets badly wrong (expm1, log1p, erf, fmod, asin, atan, pow of negative
-bases, ...) is written here from exp/log; tests/test_device_webgpu.py documents the accuracy.
+that also spells infinities, which WGSL literals cannot. Subnormals may be flushed to zero by
+float operations, so results in that range are built on the bits (``fg_ldexp``). The driver's math
+library is rough (exp ~10 ulp, log ~500 ulp near 1, asin ~3000, sin wrong past ~1e5), so the
+transcendental functions are written here: Cephes-style polynomials after exact range reduction
+(sin/cos/tan reduce with 2/pi's bits, Payne-Hanek, in integer arithmetic), exact fmod by long
+division; pow stays exp2(y log2 x) in float32. tests/test_device_webgpu.py documents the accuracy.
 """
 
 from __future__ import annotations
@@ -112,8 +115,9 @@ def render_const(value: Any, dtype: np.dtype) -> str:
 FLOAT_OPS: dict[str, str] = {
     "neg": "-{x}", "abs": "abs({x})",
     "sign": "select(select(select({x}, 0.0f, {x} == 0.0f), -1.0f, {x} < 0.0f), 1.0f, {x} > 0.0f)",
-    **{op: f"{op}({{x}})" for op in ("exp", "exp2", "sin", "cos", "tan", "cosh", "sqrt", "floor",
-                                     "ceil", "round")},
+    **{op: f"{op}({{x}})" for op in ("sqrt", "floor", "ceil", "round")},
+    "sin": "fg_sin({x})", "cos": "fg_cos({x})", "tan": "fg_tan({x})",
+    "exp": "fg_exp({x})", "exp2": "fg_exp2({x})", "cosh": "fg_cosh({x})",
     "atan": "fg_atan({x})", "asin": "fg_asin({x})", "acos": "fg_acos({x})",
     "sinh": "fg_sinh({x})", "tanh": "fg_tanh({x})", "asinh": "fg_asinh({x})", "acosh": "fg_acosh({x})",
     "atanh": "fg_atanh({x})", "log": "fg_log({x})", "log2": "fg_log2({x})",
@@ -204,6 +208,129 @@ HELPERS: dict[str, str] = {
                    - 3.33329491539e-1f) * z * a + a);
   return select(r, -r, x < 0.0f);
 }""",
+    # p * 2^k built on the bits, so results in the subnormal range survive a flush-to-zero driver
+    "fg_ldexp": """fn fg_ldexp(p: f32, k: i32) -> f32 {
+  let bits = bitcast<u32>(p);
+  let e = i32((bits >> 23u) & 0xffu) - 127i + k;
+  if (e > 127i) { return fg_inf(); }
+  if (e >= -126i) { return bitcast<f32>((bits & 0x807fffffu) | (u32(e + 127i) << 23u)); }
+  let shift = u32(-126i - e);
+  if (shift > 24u) { return 0.0f; }
+  let m = (bits & 0x7fffffu) | 0x800000u;
+  let half = 1u << (shift - 1u);
+  let rest = m & ((1u << shift) - 1u);
+  var q = m >> shift;
+  if (rest > half || (rest == half && (q & 1u) == 1u)) { q = q + 1u; }
+  return bitcast<f32>((bits & 0x80000000u) | q);
+}""",
+    # Cephes expf: exp(r) for |r| <= ln2 / 2, as 1 + r + r^2 P(r)
+    "fg_exp_reduced": """fn fg_exp_reduced(r: f32) -> f32 {
+  let p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r
+           + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+  return p * r * r + r + 1.0f;
+}""",
+    # exp(x) 2^k: x = n ln2 + r (ln2 in two parts, so r is exact); the driver's exp is ~10 ulp off
+    "fg_exp_scaled": """fn fg_exp_scaled(x: f32, k: i32) -> f32 {
+  if (fg_isnan(x)) { return x; }
+  if (x > 200.0f) { return fg_inf(); }
+  if (x < -200.0f) { return 0.0f; }
+  let n = round(x * 1.4426950408889634f);
+  let r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  return fg_ldexp(fg_exp_reduced(r), i32(n) + k);
+}""",
+    "fg_exp": """fn fg_exp(x: f32) -> f32 { return fg_exp_scaled(x, 0i); }""",
+    "fg_exp2": """fn fg_exp2(x: f32) -> f32 {
+  if (fg_isnan(x)) { return x; }
+  if (x >= 128.0f) { return fg_inf(); }
+  if (x < -150.0f) { return 0.0f; }
+  let n = round(x);
+  return fg_ldexp(fg_exp_reduced((x - n) * 0.6931471805599453f), i32(n));
+}""",
+    "fg_cosh": """fn fg_cosh(x: f32) -> f32 {
+  let a = abs(x);
+  if (a > 88.0f) { return fg_exp_scaled(a, -1i); }
+  let e = fg_exp(a);
+  return 0.5f * e + 0.5f / e;
+}""",
+    # 32 x 32 -> 64-bit product as (high, low) words, from 16-bit halves (WGSL has no 64-bit integers)
+    "fg_mul_wide": """fn fg_mul_wide(a: u32, b: u32) -> vec2<u32> {
+  let ll = (a & 0xffffu) * (b & 0xffffu);
+  let lh = (a & 0xffffu) * (b >> 16u);
+  let hl = (a >> 16u) * (b & 0xffffu);
+  let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+  return vec2<u32>((a >> 16u) * (b >> 16u) + (lh >> 16u) + (hl >> 16u) + (mid >> 16u), (ll & 0xffffu) | (mid << 16u));
+}""",
+    # Payne-Hanek: |x| = q pi/2 + r with |r| <= pi/4, exact for every float32 (the driver's sin is
+    # wrong past ~1e5): the significand times a 96-bit window of 2/pi's bits, in integers
+    "fg_reduce_pio2": """fn fg_reduce_pio2(a: f32) -> vec2<f32> {
+  if (a <= 0.7853981633974483f) { return vec2<f32>(a, 0.0f); }
+  let bits = bitcast<u32>(a);
+  let m = (bits & 0x7fffffu) | 0x800000u;
+  let position = i32(bits >> 23u) - 120i;  // table bit where the window starts: 2/pi bit (exponent - 151), + 31
+  let word = u32(position) / 32u;
+  let shift = u32(position) % 32u;
+  var w: array<u32, 3>;
+  for (var i = 0u; i < 3u; i += 1u) {
+    let high = fg_two_over_pi[word + i];
+    let low = fg_two_over_pi[word + i + 1u];
+    w[i] = select((high << shift) | (low >> (32u - shift)), high, shift == 0u);
+  }
+  let p2 = fg_mul_wide(m, w[2]);
+  let p1 = fg_mul_wide(m, w[1]);
+  let p0 = fg_mul_wide(m, w[0]);
+  let r0 = p2.y;
+  var r1 = p2.x + p1.y;
+  let c1 = select(0u, 1u, r1 < p1.y);
+  var r2 = p1.x + c1 + p0.y;
+  let c2 = select(0u, 1u, r2 < p0.y || (r2 == p0.y && c1 == 1u));
+  // the point sits after bit 94 of the product: quadrant in bits 95..94, fraction below
+  var q = (r2 >> 30u) & 3u;
+  var high = (r2 << 2u) | (r1 >> 30u);
+  var low = (r1 << 2u) | (r0 >> 30u);
+  var sign = 1.0f;
+  if (high >= 0x80000000u) {  // fraction >= 1/2: the next quadrant, a negative remainder
+    q = (q + 1u) & 3u;
+    high = ~high;
+    low = ~low + 1u;
+    if (low == 0u) { high = high + 1u; }
+    sign = -1.0f;
+  }
+  let fraction = f32(high) * 2.3283064365386963e-10f + f32(low) * 5.421010862427522e-20f;
+  return vec2<f32>(sign * fraction * 1.5707963267948966f, f32(q));
+}""",
+    # Cephes sinf/cosf polynomials on |r| <= pi/4
+    "fg_sin_reduced": """fn fg_sin_reduced(r: f32) -> f32 {
+  let z = r * r;
+  return r + r * z * ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f);
+}""",
+    "fg_cos_reduced": """fn fg_cos_reduced(r: f32) -> f32 {
+  let z = r * r;
+  return 1.0f - 0.5f * z + z * z * ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z
+                                   + 4.166664568298827e-2f);
+}""",
+    "fg_sin": """fn fg_sin(x: f32) -> f32 {
+  if (fg_isnan(x) || abs(x) == fg_inf()) { return fg_nan(); }
+  let reduced = fg_reduce_pio2(abs(x));
+  let q = u32(reduced.y);
+  var r = select(fg_sin_reduced(reduced.x), fg_cos_reduced(reduced.x), (q & 1u) == 1u);
+  if (q >= 2u) { r = -r; }
+  return select(r, -r, x < 0.0f || (bitcast<u32>(x) >> 31u) == 1u);
+}""",
+    "fg_cos": """fn fg_cos(x: f32) -> f32 {
+  if (fg_isnan(x) || abs(x) == fg_inf()) { return fg_nan(); }
+  let reduced = fg_reduce_pio2(abs(x));
+  let q = u32(reduced.y);
+  let r = select(fg_cos_reduced(reduced.x), fg_sin_reduced(reduced.x), (q & 1u) == 1u);
+  return select(r, -r, q == 1u || q == 2u);
+}""",
+    "fg_tan": """fn fg_tan(x: f32) -> f32 {
+  if (fg_isnan(x) || abs(x) == fg_inf()) { return fg_nan(); }
+  let reduced = fg_reduce_pio2(abs(x));
+  let s = fg_sin_reduced(reduced.x);
+  let c = fg_cos_reduced(reduced.x);
+  let r = select(s / c, -c / s, (u32(reduced.y) & 1u) == 1u);
+  return select(r, -r, x < 0.0f || (bitcast<u32>(x) >> 31u) == 1u);
+}""",
     # Cephes asinf/acosf (the driver's asin is thousands of ulps off near +-1)
     "fg_asin": """fn fg_asin(x: f32) -> f32 {
   let a = abs(x);
@@ -225,7 +352,7 @@ HELPERS: dict[str, str] = {
     "fg_sinh": """fn fg_sinh(x: f32) -> f32 {
   let a = abs(x);
   var r: f32;
-  if (a > 88.0f) { r = exp(a - 0.6931471805599453f); }
+  if (a > 88.0f) { r = fg_exp_scaled(a, -1i); }
   else { let e = fg_expm1(a); r = 0.5f * (e + e / (e + 1.0f)); }
   return select(r, -r, x < 0.0f || (bitcast<u32>(x) >> 31u) == 1u);
 }""",
@@ -238,7 +365,7 @@ HELPERS: dict[str, str] = {
     return x + x * z * ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
                         + 1.33314422036e-1f) * z - 3.33332819422e-1f);
   }
-  let big = 1.0f - 2.0f / (exp(min(2.0f * a, 88.0f)) + 1.0f);
+  let big = 1.0f - 2.0f / (fg_exp(min(2.0f * a, 88.0f)) + 1.0f);
   return select(big, -big, x < 0.0f);
 }""",
     "fg_asinh": """fn fg_asinh(x: f32) -> f32 {
@@ -263,7 +390,7 @@ HELPERS: dict[str, str] = {
 }""",
     # Taylor series for |x| < 0.5 (the driver's exp and log are too rough to cancel against)
     "fg_expm1": """fn fg_expm1(x: f32) -> f32 {
-  if (abs(x) >= 0.5f) { return select(exp(x) - 1.0f, fg_inf(), x > 88.7f); }
+  if (abs(x) >= 0.5f) { return fg_exp(x) - 1.0f; }
   return x + x * x * (0.5f + x * (1.6666666666666666e-1f + x * (4.1666666666666664e-2f + x * (8.333333333333333e-3f
          + x * (1.388888888888889e-3f + x * (1.984126984126984e-4f + x * (2.48015873015873e-5f
          + x * 2.7557319223985893e-6f)))))));
@@ -272,11 +399,15 @@ HELPERS: dict[str, str] = {
     # near 1, through log1p (x - 1 is exact there): the driver's log is ~500 ulp off
     "fg_log": """fn fg_log(x: f32) -> f32 {
   if (x < 0.0f) { return fg_nan(); }
+  let bits = bitcast<u32>(x);
+  if (bits > 0u && bits < 0x00800000u) { return log(f32(bits)) - 103.27892990343184f; }  // subnormal: m 2^-149
   if (abs(x - 1.0f) < 0.5f) { return fg_log1p(x - 1.0f); }
   return log(x);
 }""",
     "fg_log2": """fn fg_log2(x: f32) -> f32 {
   if (x < 0.0f) { return fg_nan(); }
+  let bits = bitcast<u32>(x);
+  if (bits > 0u && bits < 0x00800000u) { return log2(f32(bits)) - 149.0f; }
   if (abs(x - 1.0f) < 0.5f) { return fg_log1p(x - 1.0f) * 1.4426950408889634f; }
   return log2(x);
 }""",
@@ -301,7 +432,7 @@ HELPERS: dict[str, str] = {
   }
   let t = 1.0f / (1.0f + 0.3275911f * a);
   let p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  let r = 1.0f - p * exp(-a * a);
+  let r = 1.0f - p * fg_exp(-a * a);
   return select(r, -r, x < 0.0f);
 }""",
     # C fmod, exact: long division on the significands (as musl's fmodf); the remainder has the dividend's sign
@@ -358,7 +489,7 @@ HELPERS: dict[str, str] = {
   if (a == 0.0f) { r = select(0.0f, fg_inf(), y < 0.0f); }
   else if (a == fg_inf()) { r = select(fg_inf(), 0.0f, y < 0.0f); }
   else if (x == -1.0f && abs(y) == fg_inf()) { return 1.0f; }
-  else { r = exp2(y * log2(a)); }
+  else { r = fg_exp2(y * log2(a)); }
   let negative = x < 0.0f || (x == 0.0f && (bitcast<u32>(x) >> 31u) == 1u);
   return select(r, -r, negative && odd);
 }""",
@@ -401,6 +532,29 @@ HELPERS: dict[str, str] = {
   return bitcast<f32>(rounded & 0xffff0000u);
 }""",
 }
+def _two_over_pi_words(count: int) -> list[int]:
+    """The first ``count`` 32-bit words of 2/pi's binary fraction, after one word of zeros (so a
+    window may start before the point). pi from Machin's formula in integer arithmetic."""
+    precision = 32 * count + 64
+    scale = 1 << precision
+
+    def arctan_inverse(n: int) -> int:  # atan(1/n) * scale
+        total, term, k = 0, scale // n, 0
+        while term:
+            total += term // (2 * k + 1) * (-1 if k % 2 else 1)
+            term //= n * n
+            k += 1
+        return total
+
+    pi = 16 * arctan_inverse(5) - 4 * arctan_inverse(239)
+    fraction = (2 * scale * scale // pi) >> 64  # floor(2/pi * 2^(32 count)), 2/pi < 1
+    return [0] + [(fraction >> (32 * (count - 1 - i))) & 0xFFFFFFFF for i in range(count)]
+
+
+# enough bits for the largest float32 exponent (2^127: window ends near bit 127 + 96)
+TWO_OVER_PI_TABLE = ("var<private> fg_two_over_pi: array<u32, 10> = array<u32, 10>("
+                     + ", ".join(f"0x{word:08x}u" for word in _two_over_pi_words(9)) + ");")
+
 REDUCE_ALU = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
 BOOL_REDUCE_ALU = {"sum": "or", "prod": "and", "max": "or", "min": "and"}
 
@@ -628,7 +782,8 @@ def render_wgsl(kernel: Kernel) -> str:
     bindings += [f"@group(0) @binding({len(kernel.out_avals) + n}) var<storage, read> in{n}: "
                  f"array<{_storage_type(a.dtype)}>;" for n, a in enumerate(kernel.in_avals)]
     header = [f"// kernel {kernel.name}", *(f"//   {line}" for line in str(kernel).splitlines()[1:])]
-    return "\n".join([*header, *bindings, "var<private> fg_zero: u32;", "",
+    table = [TWO_OVER_PI_TABLE] if "fg_reduce_pio2" in builder.helpers else []
+    return "\n".join([*header, *bindings, "var<private> fg_zero: u32;", *table, "",
                       *builder.helpers.values(), "",
                       f"@compute @workgroup_size({WORKGROUP_SIZE})",
                       "fn main(@builtin(global_invocation_id) gid: vec3<u32>, "
