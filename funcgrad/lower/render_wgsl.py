@@ -23,7 +23,8 @@ float operations, so results in that range are built on the bits (``fg_ldexp``).
 library is rough (exp ~10 ulp, log ~500 ulp near 1, asin ~3000, sin wrong past ~1e5), so the
 transcendental functions are written here: Cephes-style polynomials after exact range reduction
 (sin/cos/tan reduce with 2/pi's bits, Payne-Hanek, in integer arithmetic), exact fmod by long
-division; pow stays exp2(y log2 x) in float32. tests/test_device_webgpu.py documents the accuracy.
+division, pow as exp(y log x) with y log x in double-float32. tests/test_device_webgpu.py documents
+the accuracy (within 4 ulp of NumPy).
 """
 
 from __future__ import annotations
@@ -477,7 +478,60 @@ HELPERS: dict[str, str] = {
   if (ex > 0i) { return bitcast<f32>(sign | (u32(ex) << 23u) | (mx & 0x7fffffu)); }
   return bitcast<f32>(sign | (mx >> u32(1i - ex)));
 }""",
-    # C pow for float32, via exp2(y * log2|x|) (the driver's pow is undefined for x <= 0)
+    # double-float32 arithmetic (a value as hi + lo). lavapipe simplifies float algebra ((a + b) - a
+    # to b), so intermediate results pass through fg_opaque, which it cannot see through
+    "fg_opaque": """fn fg_opaque(x: f32) -> f32 { return bitcast<f32>(bitcast<u32>(x) | fg_zero); }""",
+    "fg_high_half": """fn fg_high_half(x: f32) -> f32 { return bitcast<f32>(bitcast<u32>(x) & 0xfffff000u); }""",
+    "fg_two_sum": """fn fg_two_sum(a: f32, b: f32) -> vec2<f32> {
+  let s = fg_opaque(a + b);
+  let b_virtual = fg_opaque(s - a);
+  return vec2<f32>(s, (a - fg_opaque(s - b_virtual)) + (b - b_virtual));
+}""",
+    # a b exactly, as hi + lo: products of 12-bit halves are exact (Dekker)
+    "fg_two_prod": """fn fg_two_prod(a: f32, b: f32) -> vec2<f32> {
+  let p = fg_opaque(a * b);
+  let a_hi = fg_high_half(a);
+  let a_lo = a - a_hi;
+  let b_hi = fg_high_half(b);
+  let b_lo = b - b_hi;
+  return vec2<f32>(p, (((a_hi * b_hi - p) + a_hi * b_lo) + a_lo * b_hi) + a_lo * b_lo);
+}""",
+    "fg_mul_wide_float": """fn fg_mul_wide_float(y: f32, v: vec2<f32>) -> vec2<f32> {
+  let p = fg_two_prod(y, v.x);
+  return vec2<f32>(p.x, p.y + y * v.y);
+}""",
+    # log(a) for finite a > 0 as hi + lo: a = 2^e m, m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with
+    # s = (m - 1) / (m + 1) carried as hi + lo; ln2 in three parts so e ln2 is exact enough
+    "fg_log_wide": """fn fg_log_wide(a: f32) -> vec2<f32> {
+  var bits = bitcast<u32>(a);
+  var e = 0i;
+  if (bits < 0x00800000u) { bits = bitcast<u32>(f32(bits)); e = -149i; }  // subnormal: m 2^-149
+  e = e + i32(bits >> 23u) - 127i;
+  var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f800000u);
+  if (m > 1.4142135623730951f) { m = bitcast<f32>((bits & 0x007fffffu) | 0x3f000000u); e = e + 1i; }
+  let num = m - 1.0f;
+  let den = fg_two_sum(m, 1.0f);
+  let s_hi = fg_opaque(num / den.x);
+  let p = fg_two_prod(s_hi, den.x);
+  let s_lo = (((num - p.x) - p.y) - s_hi * den.y) / den.x;
+  let z = s_hi * s_hi;
+  let series = 2.0f * s_hi * z * (0.3333333333333333f + z * (0.2f + z * (0.14285714285714285f + z * (
+      0.1111111111111111f + z * (0.09090909090909091f + z * (0.07692307692307693f + z * 0.06666666666666667f))))));
+  let fe = f32(e);
+  let head = fg_two_sum(fe * 0.693359375f, 2.0f * s_hi);
+  return fg_two_sum(head.x, head.y + ((2.0f * s_lo + series) + (fe * -2.121962606906891e-4f
+                                                                 + fe * 1.820635975313678e-9f)));
+}""",
+    # exp(hi + lo): as fg_exp, with lo added to the reduced argument
+    "fg_exp_wide": """fn fg_exp_wide(t: vec2<f32>) -> f32 {
+  if (t.x > 200.0f) { return fg_inf(); }
+  if (t.x < -200.0f) { return 0.0f; }
+  let n = round(t.x * 1.4426950408889634f);
+  let r = ((t.x - n * 0.693359375f) - n * -2.12194440e-4f) + t.y;
+  return fg_ldexp(fg_exp_reduced(r), i32(n));
+}""",
+    # C pow for float32: exp(y log|x|) with y log|x| in double-float32 (the driver's pow is ~60 ulp
+    # off and undefined for x <= 0)
     "fg_pow": """fn fg_pow(x: f32, y: f32) -> f32 {
   if (y == 0.0f || x == 1.0f) { return 1.0f; }
   if (fg_isnan(x) || fg_isnan(y)) { return fg_nan(); }
@@ -489,7 +543,8 @@ HELPERS: dict[str, str] = {
   if (a == 0.0f) { r = select(0.0f, fg_inf(), y < 0.0f); }
   else if (a == fg_inf()) { r = select(fg_inf(), 0.0f, y < 0.0f); }
   else if (x == -1.0f && abs(y) == fg_inf()) { return 1.0f; }
-  else { r = fg_exp2(y * log2(a)); }
+  else if (abs(y) == fg_inf()) { r = select(0.0f, fg_inf(), (a < 1.0f) == (y < 0.0f)); }
+  else { r = fg_exp_wide(fg_mul_wide_float(y, fg_log_wide(a))); }
   let negative = x < 0.0f || (x == 0.0f && (bitcast<u32>(x) >> 31u) == 1u);
   return select(r, -r, negative && odd);
 }""",
