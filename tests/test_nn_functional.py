@@ -522,3 +522,14 @@ def test_conv2d_compiles_to_one_kernel_with_affine_indices() -> None:
         assert len(kernel_list) == 1
         listing = kernel_list[0].source.split("define")[0]  # the kernel IR printed above the LLVM code
         assert "rem(" not in listing and "div(" not in listing, listing
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "sparse_categorical_crossentropy"])
+def test_unsigned_labels_with_negative_ignore_index(loss):
+    """datasets.mnist() gives uint8 labels; the default ignore_index (-100 or -1) must not trip on them."""
+    logits = np.array([[2.0, 0.5, -1.0], [0.1, 0.2, 0.3]], np.float32)
+    labels = np.array([0, 2], np.uint8)
+    expected = np.mean([-(logits[i] - np.log(np.exp(logits[i].astype(np.float64)).sum()))[labels[i]]
+                        for i in range(2)])
+    got = getattr(F, loss)(fg.Tensor(logits), fg.Tensor(labels))
+    np.testing.assert_allclose(got.item(), expected, rtol=1e-6)

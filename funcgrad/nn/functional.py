@@ -559,6 +559,8 @@ def _class_losses(log_probs: Tensor, labels: Tensor, label_smoothing: float, ign
     ``log_probs``) and the float mask of examples whose label is not ``ignore_index``."""
     if not dtypes.is_int(labels.dtype):
         raise TypeError(f"{name}: class targets must be integers, got dtype {labels.dtype.name}")
+    if labels.dtype.kind == "u":  # uint8 labels (datasets.mnist's) must compare with a negative ignore_index
+        labels = labels.astype(dtypes.int32)
     if labels.shape != log_probs.shape[:-1]:
         raise ValueError(f"{name}: labels of shape {labels.shape} do not match logits of shape "
                          f"{log_probs.shape} (expected {log_probs.shape[:-1]} with classes last)")
