@@ -324,11 +324,36 @@ def test_buffers_over_the_binding_limit_are_refused(device: webgpu.WebGPUDevice,
         compiled([np.zeros(512, f32)], [np.empty(512, f32)])
 
 
+def test_kernels_with_more_arrays_than_bindings_pack_them_by_dtype(device: webgpu.WebGPUDevice,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # threefry and other wide fusions read ~40 arrays; the device has 32 bindings
+    kinds = [dtypes.float32, dtypes.int32, dtypes.uint8, dtypes.bool_] * 10
+    loads = [load(i, g(), dt) for i, dt in enumerate(kinds)]
+    total = loads[0]
+    for item in loads[1:]:
+        total = alu("add", total, cast(item, np.float32))
+    outputs = [total, alu("lt", total, const(0.0, np.dtype(np.float32))), cast(loads[1], np.float32)]
+    kernel = elementwise_kernel("wide", kinds, outputs, n=64)
+    inputs = [normal_sample(dt, seed=i, n=64) for i, dt in enumerate(kinds)]
+    inputs = [np.nan_to_num(x, nan=1.0, posinf=1.0, neginf=-1.0).astype(x.dtype) for x in inputs]
+    inputs = [np.clip(x, -100, 100).astype(x.dtype) if x.dtype.kind == "f" else x for x in inputs]
+    want = evaluate_kernel(kernel, inputs)
+    for limit in (32, 5):  # 5: the outputs are packed too (three input and two output storage types)
+        monkeypatch.setattr(device, "max_buffers", limit)
+        compiled = device.compile(kernel)
+        assert len(compiled.layout.bindings) <= limit
+        for got, expected in zip(run(device, kernel, inputs), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-6)
+    monkeypatch.setattr(device, "max_buffers", 4)
+    with pytest.raises(webgpu.WebGPUError, match="needs 5 storage buffers even packed by dtype"):
+        device.compile(kernel)
+
+
 def test_shader_compile_errors_show_the_device_message(device: webgpu.WebGPUDevice,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     f32 = np.dtype(np.float32)
     kernel = elementwise_kernel("broken", [f32], [load(0, g(), f32)], n=4)
-    monkeypatch.setattr(webgpu, "render_wgsl", lambda k: "fn main( {")
+    monkeypatch.setattr(webgpu, "render_wgsl", lambda kernel, layout: "fn main( {")
     with pytest.raises(webgpu.WebGPUError, match="kernel broken failed to compile on WEBGPU: (?s:.*)expected"):
         device.compile(kernel)
 

@@ -5,8 +5,9 @@
 
 Inputs are converted to their storage dtype on the host (bool -> u32, int8 -> i32, float16 -> f32, ...,
 see ``render_wgsl.storage_dtype``) and uploaded; outputs are read back and converted to their dtype.
-Before a launch the buffer sizes are checked against the device's ``max_storage_buffer_binding_size``
-and buffer count against ``max_storage_buffers_per_shader_stage``. A dispatch over more than 65535
+Before a launch the buffer sizes are checked against the device's ``max_storage_buffer_binding_size``;
+a kernel with more arrays than ``max_storage_buffers_per_shader_stage`` packs them into one binding
+per storage type (``render_wgsl.buffer_layout``). A dispatch over more than 65535
 workgroups is split into a 2-D grid. Pipelines are cached by shader source.
 
 The adapter: ``request_adapter_sync(power_preference="high-performance")``, which prefers Vulkan
@@ -27,7 +28,13 @@ import numpy as np
 
 from funcgrad.debug import debug_level
 from funcgrad.lower.kernel import Kernel
-from funcgrad.lower.render_wgsl import WORKGROUP_SIZE, WGSLUnsupportedError, render_wgsl, storage_dtype
+from funcgrad.lower.render_wgsl import (
+    WORKGROUP_SIZE,
+    BufferLayout,
+    WGSLUnsupportedError,
+    buffer_layout,
+    render_wgsl,
+)
 
 __all__ = ["WebGPUDevice", "WebGPUKernel", "WebGPUError", "probe", "MAX_WORKGROUPS_PER_DIMENSION"]
 
@@ -70,9 +77,10 @@ class WebGPUKernel:
     """A kernel compiled to a compute pipeline; ``compiled(inputs, outputs)`` runs it, writing into
     the preallocated ``outputs``."""
 
-    def __init__(self, device: WebGPUDevice, kernel: Kernel, source: str, pipeline: Any) -> None:
+    def __init__(self, device: WebGPUDevice, kernel: Kernel, layout: BufferLayout, source: str, pipeline: Any) -> None:
         self.device = device
         self.kernel = kernel
+        self.layout = layout
         self.name = kernel.name
         self.source = source
         self.pipeline = pipeline
@@ -97,24 +105,27 @@ class WebGPUKernel:
             return
         gpu = self.device.gpu
         limit = self.device.max_binding_size
-        for role, avals in (("input", kernel.in_avals), ("output", kernel.out_avals)):
-            for number, aval in enumerate(avals):
-                nbytes = int(np.prod(aval.shape)) * storage_dtype(aval.dtype).itemsize
-                if nbytes > limit:
-                    raise WebGPUError(f"kernel {self.name}: {role} {number} {aval} needs a {nbytes}-byte storage "
-                                      f"buffer, over the device's max_storage_buffer_binding_size of {limit} bytes")
+        for binding in self.layout.bindings:
+            nbytes = binding.size * binding.storage.itemsize
+            if nbytes > limit:
+                held = ", ".join(f"{'output' if binding.writable else 'input'} {m} "
+                                 f"{(kernel.out_avals if binding.writable else kernel.in_avals)[m]}"
+                                 for m in binding.members)
+                raise WebGPUError(f"kernel {self.name}: {held} need a {nbytes}-byte storage buffer, over the "
+                                  f"device's max_storage_buffer_binding_size of {limit} bytes")
         buffers = []
-        for array in inputs:
-            data = np.ascontiguousarray(array, dtype=storage_dtype(array.dtype)).reshape(-1)
+        for binding in self.layout.bindings:
+            if binding.writable:
+                usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+                buffers.append(gpu.create_buffer(size=max(4, binding.size * 4), usage=usage))
+                continue
+            parts = [np.asarray(inputs[m], dtype=binding.storage).reshape(-1) for m in binding.members]
+            data = np.concatenate(parts) if len(parts) > 1 else parts[0]
             if data.size == 0:  # a binding cannot be empty
                 data = np.zeros(1, data.dtype)
             buffers.append(gpu.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.STORAGE))
-        results = []
-        for aval in kernel.out_avals:
-            nbytes = max(4, int(np.prod(aval.shape)) * storage_dtype(aval.dtype).itemsize)
-            results.append(gpu.create_buffer(size=nbytes, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC))
-        entries = [{"binding": n, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                   for n, b in enumerate(results + buffers)]
+        entries = [{"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
+                   for n, buffer in enumerate(buffers)]
         bind_group = gpu.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=entries)
         encoder = gpu.create_command_encoder()
         compute = encoder.begin_compute_pass()
@@ -123,10 +134,15 @@ class WebGPUKernel:
         compute.dispatch_workgroups(*dispatch_grid(self.size))
         compute.end()
         gpu.queue.submit([encoder.finish()])
-        for out, buffer, aval in zip(outputs, results, kernel.out_avals):
-            raw = np.frombuffer(gpu.queue.read_buffer(buffer), storage_dtype(aval.dtype))[:out.size]
-            out.reshape(-1)[...] = raw.astype(aval.dtype) if aval.dtype != np.bool_ else raw != 0
-        for buffer in buffers + results:
+        for binding, buffer in zip(self.layout.bindings, buffers):
+            if not binding.writable:
+                continue
+            raw = np.frombuffer(gpu.queue.read_buffer(buffer), binding.storage)
+            for member, offset in zip(binding.members, binding.offsets):
+                out, dtype = outputs[member], kernel.out_avals[member].dtype
+                part = raw[offset:offset + out.size]
+                out.reshape(-1)[...] = part != 0 if dtype == np.bool_ else part.astype(dtype)
+        for buffer in buffers:
             buffer.destroy()
 
 
@@ -169,36 +185,36 @@ class WebGPUDevice:
 
     def render(self, kernel: Kernel) -> str:
         """The kernel's WGSL source (what ``compile`` compiles and DEBUG=4 prints)."""
+        return self._render(kernel)[1]
+
+    def _render(self, kernel: Kernel) -> tuple[BufferLayout, str]:
         try:
-            return render_wgsl(kernel)
+            layout = buffer_layout(kernel, self.max_buffers)
+            return layout, render_wgsl(kernel, layout)
         except WGSLUnsupportedError as error:
             raise WebGPUError(f"kernel {kernel.name} cannot run on WEBGPU: {error}") from error
         except (ValueError, KeyError) as error:
             raise WebGPUError(f"kernel {kernel.name} cannot be rendered for WEBGPU: {error}") from error
 
     def compile(self, kernel: Kernel) -> WebGPUKernel:
-        buffers = len(kernel.in_avals) + len(kernel.out_avals)
-        if buffers > self.max_buffers:
-            raise WebGPUError(f"kernel {kernel.name} needs {buffers} storage buffers, over the device's "
-                              f"max_storage_buffers_per_shader_stage of {self.max_buffers}")
-        source = self.render(kernel)
+        layout, source = self._render(kernel)
         if debug_level() >= 4:
             print(f"--- WGSL source of kernel {kernel.name} ---\n{source}", file=sys.stderr)
         pipeline = self.pipelines.get(source)
         if pipeline is None:
-            pipeline = self._build(kernel, source, buffers)
+            pipeline = self._build(kernel, source, layout)
             self.pipelines[source] = pipeline
             self.stats["compiled"] += 1
         else:
             self.stats["cached"] += 1
-        return WebGPUKernel(self, kernel, source, pipeline)
+        return WebGPUKernel(self, kernel, layout, source, pipeline)
 
-    def _build(self, kernel: Kernel, source: str, buffers: int) -> Any:
+    def _build(self, kernel: Kernel, source: str, buffers: BufferLayout) -> Any:
         import wgpu
-        outputs = len(kernel.out_avals)
         layout_entries = [{"binding": n, "visibility": wgpu.ShaderStage.COMPUTE,
-                           "buffer": {"type": wgpu.BufferBindingType.storage if n < outputs
-                                      else wgpu.BufferBindingType.read_only_storage}} for n in range(buffers)]
+                           "buffer": {"type": wgpu.BufferBindingType.storage if binding.writable
+                                      else wgpu.BufferBindingType.read_only_storage}}
+                          for n, binding in enumerate(buffers.bindings)]
         try:
             module = self.gpu.create_shader_module(code=source)
             layout = self.gpu.create_pipeline_layout(

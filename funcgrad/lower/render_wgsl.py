@@ -2,7 +2,9 @@
 
 One invocation computes one output element: the flat output position comes from the (up to 2-D)
 dispatch, is split into the global indices ``g0, g1, ...``, runs the reduction loops (if any) and
-stores every output. Buffers are ``array<T>`` storage bindings, outputs first (binding 0, 1, ...).
+stores every output. Buffers are ``array<T>`` storage bindings, outputs first (binding 0, 1, ...);
+a kernel with more arrays than the device has bindings packs its inputs (and if need be its
+outputs) into one binding per storage type, at constant offsets (``buffer_layout``).
 
 WGSL is narrower than the kernel IR, so some values change form at the buffer boundary
 (``storage_dtype`` says how; the device converts on the host):
@@ -30,13 +32,16 @@ the accuracy (within 4 ulp of NumPy).
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr
 
-__all__ = ["render_wgsl", "storage_dtype", "check_kernel", "WGSLUnsupportedError", "WORKGROUP_SIZE"]
+__all__ = ["render_wgsl", "buffer_layout", "BufferLayout", "Binding", "storage_dtype", "check_kernel",
+           "WGSLUnsupportedError", "WORKGROUP_SIZE"]
 
 WORKGROUP_SIZE = 64
 MAX_INDEX = 2**31 - 1  # index arithmetic runs in i32
@@ -396,33 +401,33 @@ HELPERS: dict[str, str] = {
          + x * (1.388888888888889e-3f + x * (1.984126984126984e-4f + x * (2.48015873015873e-5f
          + x * 2.7557319223985893e-6f)))))));
 }""",
-    # |x| < 0.5: 2 atanh(s) with s = x / (2 + x), as a series in s (|s| <= 1/3)
-    # near 1, through log1p (x - 1 is exact there): the driver's log is ~500 ulp off
+    # log from the double-float32 logarithm below, rounded once (the driver's log is ~500 ulp off near 1)
     "fg_log": """fn fg_log(x: f32) -> f32 {
+  if (fg_isnan(x) || x == fg_inf()) { return x; }
   if (x < 0.0f) { return fg_nan(); }
-  let bits = bitcast<u32>(x);
-  if (bits > 0u && bits < 0x00800000u) { return log(f32(bits)) - 103.27892990343184f; }  // subnormal: m 2^-149
-  if (abs(x - 1.0f) < 0.5f) { return fg_log1p(x - 1.0f); }
-  return log(x);
+  if (x == 0.0f) { return -fg_inf(); }
+  let w = fg_log_wide(x);
+  return w.x + w.y;
 }""",
-    "fg_log2": """fn fg_log2(x: f32) -> f32 {
-  if (x < 0.0f) { return fg_nan(); }
-  let bits = bitcast<u32>(x);
-  if (bits > 0u && bits < 0x00800000u) { return log2(f32(bits)) - 149.0f; }
-  if (abs(x - 1.0f) < 0.5f) { return fg_log1p(x - 1.0f) * 1.4426950408889634f; }
-  return log2(x);
-}""",
+    # log(1 + x) with 1 + x exact as hi + lo
     "fg_log1p": """fn fg_log1p(x: f32) -> f32 {
-  if (fg_isnan(x)) { return x; }
+  if (fg_isnan(x) || x == fg_inf()) { return x; }
   if (x < -1.0f) { return fg_nan(); }
   if (x == -1.0f) { return -fg_inf(); }
-  if (abs(x) >= 0.5f) { return log(1.0f + x); }
-  let s = x / (2.0f + x);
-  let z = s * s;
-  return 2.0f * (s + s * z * (0.3333333333333333f + z * (0.2f + z * (0.14285714285714285f + z * (0.1111111111111111f
-                  + z * (0.09090909090909091f + z * (0.07692307692307693f + z * 0.06666666666666667f)))))));
+  if (abs(x) < 5.9604645e-8f) { return x; }
+  let u = fg_two_sum(1.0f, x);
+  let w = fg_log_wide(u.x);
+  return w.x + (w.y + u.y / u.x);
 }""",
-    # |x| < 0.5: Taylor series; above: Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7)
+    "fg_log2": """fn fg_log2(x: f32) -> f32 {
+  if (fg_isnan(x) || x == fg_inf()) { return x; }
+  if (x < 0.0f) { return fg_nan(); }
+  if (x == 0.0f) { return -fg_inf(); }
+  let w = fg_log_wide(x);
+  let p = fg_two_prod(w.x, 1.4426950408889634f);
+  return p.x + (p.y + (w.x * 1.92596298909109e-8f + w.y * 1.4426950408889634f));
+}""",
+    # |x| < 0.5: Taylor series; above: 1 - erfc with Numerical Recipes' erfc (relative error < 1.2e-7)
     "fg_erf": """fn fg_erf(x: f32) -> f32 {
   if (fg_isnan(x)) { return x; }
   let a = abs(x);
@@ -431,9 +436,11 @@ HELPERS: dict[str, str] = {
     return 1.1283791670955126f * x * (1.0f + z * (-0.333333333333f + z * (0.1f + z * (-0.0238095238095f
                                       + z * (0.00462962962963f - z * 0.000757575757576f)))));
   }
-  let t = 1.0f / (1.0f + 0.3275911f * a);
-  let p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  let r = 1.0f - p * fg_exp(-a * a);
+  if (a > 4.0f) { return select(1.0f, -1.0f, x < 0.0f); }
+  let t = 1.0f / (1.0f + 0.5f * a);
+  let p = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f + t * (
+      0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+  let r = 1.0f - t * fg_exp(p - a * a);
   return select(r, -r, x < 0.0f);
 }""",
     # C fmod, exact: long division on the significands (as musl's fmodf); the remainder has the dividend's sign
@@ -634,7 +641,8 @@ def reduce_identity(op: str, dtype: np.dtype, empty: bool) -> Any:
 class _ShaderBuilder:
     """Emits the body of ``main``: one ``let`` per expression node, cached per scope."""
 
-    def __init__(self) -> None:
+    def __init__(self, inputs: Sequence[tuple[str, int]]) -> None:
+        self.inputs = inputs  # (binding, offset) of each input
         self.lines: list[str] = []
         self.indent = 1
         self.counter = 0
@@ -674,7 +682,9 @@ class _ShaderBuilder:
                 raise ValueError("acc is read outside the epilogue of a reduction")
             return self.acc_value
         if e.op == "load":
-            loaded = f"in{e.arg}[{self.value(e.args[0])}]"
+            name, offset = self.inputs[e.arg]
+            index = self.value(e.args[0])
+            loaded = f"{name}[{f'{offset}i + {index}' if offset else index}]"
             return self.let(f"{loaded} != 0u" if e.dtype == BOOL else loaded, e.dtype)
         if e.op == "where":
             cond, a, b = (self.value(x) for x in e.args)
@@ -786,14 +796,73 @@ def bitcast_text(x: str, source: np.dtype, target: np.dtype) -> str:
     return f"((bitcast<i32>({raw}) << {32 - bits}u) >> {32 - bits}u)"
 
 
-def render_wgsl(kernel: Kernel) -> str:
-    """The compute shader for ``kernel`` (entry point ``main``, workgroup size ``WORKGROUP_SIZE``).
+@attrs.frozen
+class Binding:
+    """One storage binding: the arrays it holds (``members``: output or input numbers), one after
+    another from ``offsets``, all of the host dtype ``storage``."""
+
+    name: str
+    storage: np.dtype
+    writable: bool
+    members: tuple[int, ...]
+    offsets: tuple[int, ...]
+    size: int  # elements
+
+
+@attrs.frozen
+class BufferLayout:
+    """Where each output and input of a kernel lives: ``outputs[n]``/``inputs[n]`` is
+    (binding name, element offset). Bindings are numbered in order, outputs first."""
+
+    bindings: tuple[Binding, ...]
+    outputs: tuple[tuple[str, int], ...]
+    inputs: tuple[tuple[str, int], ...]
+
+
+def buffer_layout(kernel: Kernel, max_bindings: int | None = None) -> BufferLayout:
+    """A binding per array when they fit ``max_bindings``; otherwise the inputs (and, if still too
+    many, the outputs) are packed into one binding per storage dtype (at most three each)."""
+    def group(role: str, avals: Sequence[Any], packed: bool) -> list[Binding]:
+        sizes = [int(np.prod(aval.shape, dtype=np.int64)) for aval in avals]
+        if not packed:
+            return [Binding(f"{role}{n}", storage_dtype(aval.dtype), role == "out", (n,), (0,), size)
+                    for n, (aval, size) in enumerate(zip(avals, sizes))]
+        bindings = []
+        for storage in (np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)):
+            members = tuple(n for n, aval in enumerate(avals) if storage_dtype(aval.dtype) == storage)
+            if members:
+                offsets = tuple(int(sum(sizes[m] for m in members[:k])) for k in range(len(members)))
+                bindings.append(Binding(f"{role}_{_storage_type(storage)}", storage, role == "out", members, offsets,
+                                        int(sum(sizes[m] for m in members))))
+        return bindings
+
+    limit = max_bindings if max_bindings is not None else len(kernel.in_avals) + len(kernel.out_avals)
+    outputs = group("out", kernel.out_avals, False)
+    inputs = group("in", kernel.in_avals, len(outputs) + len(kernel.in_avals) > limit)
+    if len(outputs) + len(inputs) > limit:
+        outputs = group("out", kernel.out_avals, True)
+    if len(outputs) + len(inputs) > limit:
+        raise WGSLUnsupportedError(f"kernel {kernel.name} needs {len(outputs) + len(inputs)} storage buffers even "
+                                   f"packed by dtype, over the device's limit of {limit}")
+
+    def places(bindings: list[Binding], count: int) -> tuple[tuple[str, int], ...]:
+        found = {m: (b.name, o) for b in bindings for m, o in zip(b.members, b.offsets)}
+        return tuple(found[n] for n in range(count))
+
+    return BufferLayout(tuple(outputs + inputs), places(outputs, len(kernel.out_avals)),
+                        places(inputs, len(kernel.in_avals)))
+
+
+def render_wgsl(kernel: Kernel, layout: BufferLayout | None = None) -> str:
+    """The compute shader for ``kernel`` (entry point ``main``, workgroup size ``WORKGROUP_SIZE``),
+    with its buffers bound as ``layout`` says (default: one binding per array).
 
     >>> print(render_wgsl(k))  # doctest: +SKIP
     @group(0) @binding(0) var<storage, read_write> out0: array<f32>; ...
     """
     check_kernel(kernel)
-    builder = _ShaderBuilder()
+    layout = layout or buffer_layout(kernel)
+    builder = _ShaderBuilder(layout.inputs)
     size = int(np.prod(kernel.shape, dtype=np.int64))
     builder.emit("fg_zero = groups.z - 1u;  // 0, but only known at run time (see the module docstring)")
     builder.emit(f"let index = gid.x + gid.y * groups.x * {WORKGROUP_SIZE}u;")
@@ -830,12 +899,12 @@ def render_wgsl(kernel: Kernel) -> str:
         if expr.dtype != aval.dtype:
             raise ValueError(f"output {number} is computed as {expr.dtype.name} but stored as {aval.dtype.name}")
         value = builder.value(expr)
-        builder.emit(f"out{number}[index] = {f'select(0u, 1u, {value})' if aval.dtype == BOOL else value};")
+        name, offset = layout.outputs[number]
+        position = f"{offset}u + index" if offset else "index"
+        builder.emit(f"{name}[{position}] = {f'select(0u, 1u, {value})' if aval.dtype == BOOL else value};")
 
-    bindings = [f"@group(0) @binding({n}) var<storage, read_write> out{n}: array<{_storage_type(a.dtype)}>;"
-                for n, a in enumerate(kernel.out_avals)]
-    bindings += [f"@group(0) @binding({len(kernel.out_avals) + n}) var<storage, read> in{n}: "
-                 f"array<{_storage_type(a.dtype)}>;" for n, a in enumerate(kernel.in_avals)]
+    bindings = [f"@group(0) @binding({n}) var<storage, {'read_write' if b.writable else 'read'}> {b.name}: "
+                f"array<{_storage_type(b.storage)}>;" for n, b in enumerate(layout.bindings)]
     header = [f"// kernel {kernel.name}", *(f"//   {line}" for line in str(kernel).splitlines()[1:])]
     table = [TWO_OVER_PI_TABLE] if "fg_reduce_pio2" in builder.helpers else []
     return "\n".join([*header, *bindings, "var<private> fg_zero: u32;", *table, "",
