@@ -18,7 +18,6 @@ import numpy as np
 
 import funcgrad as fg
 from funcgrad import Tensor, nn
-from funcgrad.nn import functional as F
 
 try:
     from tqdm import trange
@@ -33,19 +32,17 @@ class Model(nn.Module):
 
     def __init__(self) -> None:
         self.layers = [
-            nn.Conv2d(1, 32, 5), F.relu,
-            nn.Conv2d(32, 32, 5), F.relu,
-            nn.BatchNorm(32), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3), F.relu,
-            nn.Conv2d(64, 64, 3), F.relu,
-            nn.BatchNorm(64), nn.MaxPool2d(2),
+            nn.Conv2d(1, 32, 5), Tensor.relu,
+            nn.Conv2d(32, 32, 5), Tensor.relu,
+            nn.BatchNorm(32), Tensor.max_pool2d,
+            nn.Conv2d(32, 64, 3), Tensor.relu,
+            nn.Conv2d(64, 64, 3), Tensor.relu,
+            nn.BatchNorm(64), Tensor.max_pool2d,
             lambda x: x.flatten(1), nn.Linear(576, 10),
         ]
 
     def __call__(self, x: Tensor) -> Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
+        return x.sequential(self.layers)
 
 
 def normalize(images: Tensor) -> Tensor:
@@ -67,7 +64,7 @@ def correct_count(model: Model, x: Tensor, y: Tensor) -> Tensor:
     return (model(normalize(x)).argmax(axis=1) == y).sum()
 
 
-def test_accuracy(model: Model, X_test: np.ndarray, Y_test: np.ndarray, batch: int = 1000) -> float:
+def test_accuracy(model: Model, X_test: np.ndarray, Y_test: np.ndarray, batch: int = 500) -> float:
     correct = 0
     for start in range(0, len(X_test), batch):  # fixed-size chunks: one trace for the whole test set
         correct += int(correct_count(model, Tensor(X_test[start:start + batch]),
@@ -84,10 +81,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--target", type=float, default=None, help="stop once the test accuracy reaches this")
+    parser.add_argument("--test-samples", type=int, default=None, help="evaluate on the first N test images")
     args = parser.parse_args()
 
     X_train, Y_train, X_test, Y_test = fg.datasets.mnist(fashion=args.dataset == "fashion_mnist")
     X_train, Y_train, X_test, Y_test = (t.numpy() for t in (X_train, Y_train, X_test, Y_test))
+    X_test, Y_test = X_test[:args.test_samples], Y_test[:args.test_samples]
     Tensor.manual_seed(args.seed)
     model = Model()
     opt = nn.optim.Adam(nn.state.get_parameters(model), lr=args.lr)

@@ -238,6 +238,13 @@ class TensorMethods:
         from funcgrad.nn import functional as F
         return F.conv2d(self, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
+    def sequential(self, layers: Sequence[Any]) -> Tensor:
+        """Apply each callable of ``layers`` in turn (tinygrad's ``x.sequential(self.layers)``)."""
+        result: Any = self
+        for layer in layers:
+            result = layer(result)
+        return result
+
     def max_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0) -> Tensor:
         from funcgrad.nn import functional as F
         return F.max_pool2d(self, kernel_size, stride, padding, dilation)
