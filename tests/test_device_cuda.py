@@ -145,6 +145,16 @@ def test_probe_reason_without_a_runtime() -> None:
     assert info.available == ok and info.reason == reason
 
 
+def test_launch_shapes() -> None:
+    # a thread per output in blocks of BLOCK_SIZE, or a block per output for a shared-memory reduction
+    elementwise = elementwise_kernel("launch", [np.dtype(np.float32)], [load(0, g(), np.float32)], n=1000)
+    plain = cuda.CUDAKernel(None, elementwise, "", None, None)
+    assert plain.launch_shape() == ((-(-1000 // cuda.BLOCK_SIZE), 1, 1), (cuda.BLOCK_SIZE, 1, 1))
+    long_sum = reduction_kernel("long", "sum", np.dtype(np.float32), (3, 5000, 1))
+    (group,) = render_cuda([long_sum])[1]
+    assert cuda.CUDAKernel(None, long_sum, "", None, group).launch_shape() == ((3, 1, 1), (group, 1, 1))
+
+
 # --- on a GPU ------------------------------------------------------------------------------------------
 
 @needs_gpu
