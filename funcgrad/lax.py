@@ -16,6 +16,7 @@ import numpy as np
 
 from funcgrad import tree
 from funcgrad.ir import dtypes
+from funcgrad.ir import primitives as P
 from funcgrad.ir.core import IR, ShapedArray, avals_str
 from funcgrad.ir.higher_order import cond_p, merge_consts, open_ir, scan_p, while_p
 from funcgrad.ir.primitives import select_p
@@ -23,7 +24,7 @@ from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import leaf_aval, trace_flat
 from funcgrad.transforms.ad import as_tensor
 
-__all__ = ["cond", "fori_loop", "map", "scan", "select", "switch", "while_loop"]
+__all__ = ["cond", "conv_general_dilated", "fori_loop", "map", "scan", "select", "switch", "while_loop"]
 
 
 def _trace(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Any]]:
@@ -203,3 +204,41 @@ def map(f: Callable[[Any], Any], xs: Any) -> Any:  # noqa: A001 - lax.map
     """``stack([f(x) for x in xs])`` as a scan (sequential, constant memory in the body)."""
     _, ys = scan(lambda carry, x: (carry, f(x)), (), xs)
     return ys
+
+
+def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: str | Sequence[tuple[int, int]],
+                         lhs_dilation: Sequence[int] | None = None, rhs_dilation: Sequence[int] | None = None,
+                         feature_group_count: int = 1) -> Tensor:
+    """JAX's ``lax.conv_general_dilated`` with NCHW lhs and OIHW rhs (any number of spatial dims).
+
+    ``padding`` is 'VALID', 'SAME' (output size ceil(input / stride)) or one (low, high) pair per
+    spatial dim (negative pads crop). Differentiable, batchable; the compiler lowers it to one
+    matrix-product kernel with the operand layout chosen per convolution.
+
+    >>> conv_general_dilated(np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32), (1, 1), 'SAME').shape
+    (1, 3, 5, 5)
+    """
+    lhs, rhs = as_tensor(lhs), as_tensor(rhs)
+    spatial = lhs.ndim - 2
+    if spatial < 1:
+        raise ValueError(f"conv_general_dilated: lhs must be (N, C, *spatial), got shape {lhs.shape}")
+    strides = tuple(int(s) for s in window_strides)
+    lhs_dil = tuple(int(d) for d in lhs_dilation) if lhs_dilation is not None else (1,) * spatial
+    rhs_dil = tuple(int(d) for d in rhs_dilation) if rhs_dilation is not None else (1,) * spatial
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode not in ("SAME", "VALID"):
+            raise ValueError(f"conv_general_dilated: padding must be 'SAME', 'VALID' or (low, high) pairs, "
+                             f"got {padding!r}")
+        pads = []
+        for size, kernel, stride, ld, rd in zip(lhs.shape[2:], rhs.shape[2:], strides, lhs_dil, rhs_dil):
+            total = 0
+            if mode == "SAME":
+                dilated, span = (size - 1) * ld + 1, (kernel - 1) * rd + 1
+                total = max((-(-dilated // stride) - 1) * stride + span - dilated, 0)
+            pads.append((total // 2, total - total // 2))
+        pad_pairs = tuple(pads)
+    else:
+        pad_pairs = tuple((int(lo), int(hi)) for lo, hi in padding)
+    return bind(P.conv_general_dilated_p, lhs, rhs, window_strides=strides, padding=pad_pairs,
+                lhs_dilation=lhs_dil, rhs_dilation=rhs_dil, feature_group_count=int(feature_group_count))

@@ -58,6 +58,9 @@ SAMPLES.update({
                 {"axes": (0,), "mode": "add"}),
     "iota": ((), {"dtype": dtypes.int32, "shape": (2, 3), "dimension": 1}),
     "dot_general": ((f32, positive), {"contracting": ((1,), (1,)), "batch": ((), ())}),
+    "conv_general_dilated": ((f32.reshape(1, 2, 3), positive.reshape(1, 2, 3)[:, :, :2]),
+                             {"window_strides": (1,), "padding": ((1, 0),), "lhs_dilation": (1,),
+                              "rhs_dilation": (1,), "feature_group_count": 1}),
     "sort": ((f32, i32), {"dimension": 1, "num_keys": 1, "descending": False}),
     "threefry2x32": ((np.uint32(1), np.uint32(2), u32, u32), {}),
 })

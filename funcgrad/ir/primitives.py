@@ -705,6 +705,80 @@ def _dot_general_impl(lhs: np.ndarray, rhs: np.ndarray, *, contracting: Any, bat
 dot_general_p = Primitive("dot_general", _dot_general_rule, _dot_general_impl)
 
 
+def _conv_rule(lhs: ShapedArray, rhs: ShapedArray, *, window_strides: tuple[int, ...],
+               padding: tuple[tuple[int, int], ...], lhs_dilation: tuple[int, ...],
+               rhs_dilation: tuple[int, ...], feature_group_count: int) -> ShapedArray:
+    """lhs (N, C, *spatial), rhs (O, C // groups, *kernel) -> (N, O, *out): XLA's ConvGeneralDilated
+    with NCHW / OIHW layouts. Padding pairs may be negative (they crop)."""
+    name = "conv_general_dilated"
+    dtype = _same_dtype(name, [lhs, rhs])
+    _check_kinds(name, [lhs, rhs], "if")
+    if lhs.ndim < 3 or rhs.ndim != lhs.ndim:
+        raise ValueError(f"{name}: lhs must be (N, C, *spatial) and rhs (O, C // groups, *kernel) of the same "
+                         f"rank >= 3, got {lhs.shape} and {rhs.shape}")
+    spatial = lhs.ndim - 2
+    for what, value in (("window_strides", window_strides), ("lhs_dilation", lhs_dilation),
+                        ("rhs_dilation", rhs_dilation), ("padding", padding)):
+        if len(value) != spatial:
+            raise ValueError(f"{name}: {what} needs {spatial} entries (one per spatial dim), got {value}")
+    for what, value in (("window_strides", window_strides), ("lhs_dilation", lhs_dilation),
+                        ("rhs_dilation", rhs_dilation)):
+        if any(v < 1 for v in value):
+            raise ValueError(f"{name}: {what} must be >= 1, got {value}")
+    groups, channels, out_channels = feature_group_count, lhs.shape[1], rhs.shape[0]
+    if groups < 1 or channels % groups or out_channels % groups:
+        raise ValueError(f"{name}: feature_group_count={groups} must divide the input channels ({channels}) "
+                         f"and the output channels ({out_channels})")
+    if rhs.shape[1] * groups != channels:
+        raise ValueError(f"{name}: rhs {rhs.shape} expects {rhs.shape[1] * groups} input channels "
+                         f"(feature_group_count={groups}), lhs {lhs.shape} has {channels}")
+    out = []
+    for size, kernel, stride, (lo, hi), ld, rd in zip(lhs.shape[2:], rhs.shape[2:], window_strides, padding,
+                                                      lhs_dilation, rhs_dilation):
+        padded = max((size - 1) * ld + 1, 0) + lo + hi
+        span = (kernel - 1) * rd + 1
+        if padded < span:
+            raise ValueError(f"{name}: the dilated kernel ({span}) is larger than the padded input ({padded}) "
+                             f"for lhs {lhs.shape}, rhs {rhs.shape}, padding {padding}")
+        out.append((padded - span) // stride + 1)
+    return ShapedArray((lhs.shape[0], out_channels) + tuple(out), dtype)
+
+
+def dilate_and_pad(x: np.ndarray, dilation: Sequence[int], padding: Sequence[tuple[int, int]]) -> np.ndarray:
+    """The spatial dims (all but the first two) of ``x`` with ``dilation - 1`` zeros between elements,
+    then padded by (low, high) zeros per dim; negative pads crop."""
+    spatial = x.shape[2:]
+    dilated = np.zeros(x.shape[:2] + tuple(max((n - 1) * d + 1, 0) for n, d in zip(spatial, dilation)), x.dtype)
+    dilated[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in dilation)] = x
+    grown = np.pad(dilated, [(0, 0), (0, 0)] + [(max(lo, 0), max(hi, 0)) for lo, hi in padding])
+    crop = tuple(slice(max(-lo, 0), n - max(-hi, 0)) for n, (lo, hi) in zip(grown.shape[2:], padding))
+    return grown[(slice(None), slice(None)) + crop]
+
+
+def _conv_impl(lhs: np.ndarray, rhs: np.ndarray, *, window_strides: tuple[int, ...],
+               padding: tuple[tuple[int, int], ...], lhs_dilation: tuple[int, ...],
+               rhs_dilation: tuple[int, ...], feature_group_count: int) -> np.ndarray:
+    lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+    out_dtype = lhs.dtype
+    compute = np.float32 if out_dtype in _LOW_PRECISION else out_dtype
+    x = dilate_and_pad(lhs.astype(compute), lhs_dilation, padding)
+    out_spatial = _conv_rule(ShapedArray(lhs.shape, lhs.dtype), ShapedArray(rhs.shape, rhs.dtype),
+                             window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
+                             rhs_dilation=rhs_dilation, feature_group_count=feature_group_count).shape[2:]
+    groups, batch, out_channels = feature_group_count, lhs.shape[0], rhs.shape[0]
+    x = x.reshape((batch, groups, -1) + x.shape[2:])
+    w = rhs.astype(compute).reshape((groups, out_channels // groups) + rhs.shape[1:])
+    out = np.zeros((batch, groups, out_channels // groups) + out_spatial, compute)
+    for tap in np.ndindex(*rhs.shape[2:]):  # one product over the channels per kernel position
+        window = tuple(slice(t * d, t * d + (n - 1) * s + 1, s)
+                       for t, d, n, s in zip(tap, rhs_dilation, out_spatial, window_strides))
+        out += np.einsum("ngc...,goc->ngo...", x[(slice(None),) * 3 + window], w[(Ellipsis,) + tap])
+    return out.reshape((batch, out_channels) + out_spatial).astype(out_dtype)
+
+
+conv_general_dilated_p = Primitive("conv_general_dilated", _conv_rule, _conv_impl)
+
+
 def _sort_rule(*operands: ShapedArray, dimension: int, num_keys: int,
                descending: bool) -> tuple[ShapedArray, ...]:
     if not operands or not 1 <= num_keys <= len(operands):

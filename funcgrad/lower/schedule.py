@@ -30,6 +30,7 @@ from funcgrad.ir import primitives as P
 from funcgrad.ir.core import IR, Eqn, Literal, Var
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_vjp_call_p, jit_p
 from funcgrad.lower import kernel as K
+from funcgrad.lower.conv import lower_convolutions
 
 ELEMENTWISE = {name for name in K.UNARY + K.BINARY} | {"select", "convert_element_type", "bitcast_convert_type",
                                                        "stop_gradient", "iota"}
@@ -107,15 +108,16 @@ def inline_calls(ir: IR) -> IR:
 
 # --- deciding what is stored --------------------------------------------------------------------
 
-def _materialized(ir: IR) -> set[int]:
-    """Ids of the vars that are stored in memory (besides inputs and consts)."""
+def _materialized(ir: IR, keep: frozenset[int] = frozenset()) -> set[int]:
+    """Ids of the vars that are stored in memory (besides inputs and consts); ``keep`` are stored
+    whatever their consumers (layouts a lowering pass chose, e.g. ``conv.py``'s)."""
     producer: dict[int, Eqn] = {v.id: e for e in ir.eqns for v in e.outputs}
     consumers: dict[int, list[Eqn]] = {}
     for eqn in ir.eqns:
         for atom in eqn.inputs:
             if isinstance(atom, Var):
                 consumers.setdefault(atom.id, []).append(eqn)
-    stored: set[int] = {a.id for a in ir.outputs if isinstance(a, Var) and a.id in producer}
+    stored: set[int] = {a.id for a in ir.outputs if isinstance(a, Var) and a.id in producer} | set(keep)
     for eqn in ir.eqns:
         if kind_of(eqn) == "host":
             stored.update(a.id for a in eqn.inputs if isinstance(a, Var) and a.id in producer)
@@ -391,10 +393,10 @@ _names = itertools.count()
 
 
 def schedule(ir: IR) -> list[Step]:
-    """The ordered kernels and host steps computing ``ir`` (after inlining calls)."""
-    ir = inline_calls(ir)
+    """The ordered kernels and host steps computing ``ir`` (after inlining calls and lowering convolutions)."""
+    ir, keep = lower_convolutions(inline_calls(ir))
     producer = {v.id: e for e in ir.eqns for v in e.outputs}
-    stored = _materialized(ir)
+    stored = _materialized(ir, keep)
     steps: list[Step] = []
     for eqn in ir.eqns:
         if kind_of(eqn) == "host":

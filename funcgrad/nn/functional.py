@@ -2,16 +2,17 @@
 functions (PyTorch's ``torch.nn.functional`` names, argument orders and layouts: NCHW inputs, OIHW
 weights, (out, in) linear weights).
 
-Everything here is a composition of ``funcgrad.numpy`` operations, so it works eagerly on lazy
-Tensors and under ``jit``, ``grad``, ``vmap`` and ``jvp`` without rules of its own.
+Everything here is a composition of ``funcgrad.numpy`` operations (and the convolution primitive), so
+it works eagerly on lazy Tensors and under ``jit``, ``grad``, ``vmap`` and ``jvp`` without rules of its own.
 
-Convolution and pooling see their input through *window views* built from movement operations
-only (pad, broadcast, reshape, strided slice; the trick tinygrad's ``_pool`` uses): the view of an
-axis of length L as (k, o) windows is the axis repeated, flattened and re-read with rows of L + d
-elements, so element (j, i) is x[i * stride + j * dilation]. The compiler turns those reshapes back
-into affine indices, so a convolution is one ``dot_general`` kernel reading the padded input in
-place (no im2col buffer), and a pooling is one reduction. When windows do not overlap (stride >=
-kernel, e.g. 2x2 pooling) a plain reshape is enough.
+Convolution binds the ``conv_general_dilated`` primitive (``lax.conv_general_dilated``), whose
+gradients are again convolutions; the compiler lowers it (``lower/conv.py``). Pooling sees its input
+through *window views* built from movement operations only (pad, broadcast, reshape, strided slice;
+the trick tinygrad's ``_pool`` uses): the view of an axis of length L as (k, o) windows is the axis
+repeated, flattened and re-read with rows of L + d elements, so element (j, i) is
+x[i * stride + j * dilation]. The compiler turns those reshapes back into affine indices, so a
+pooling is one reduction. When windows do not overlap (stride >= kernel, e.g. 2x2 pooling) a plain
+reshape is enough.
 
 >>> import funcgrad as fg
 >>> from funcgrad.nn import functional as F
@@ -155,7 +156,7 @@ def conv2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, strid
     if weight.ndim != 4:
         raise ValueError(f"{name}: weight must be (out_channels, in_channels // groups, KH, KW), got shape "
                          f"{weight.shape}")
-    batch, channels = x.shape[:2]
+    channels = x.shape[1]
     out_channels, group_channels, kh, kw = weight.shape
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
@@ -169,31 +170,17 @@ def conv2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, strid
     if min(stride2) < 1 or min(dilation2) < 1:
         raise ValueError(f"{name}: stride and dilation must be >= 1, got stride={stride!r} dilation={dilation!r}")
     pads = _conv_padding(padding, (kh, kw), stride2, dilation2, name)
-    x = _pad_spatial(x, pads)
     spans = [d * (k - 1) + 1 for k, d in zip((kh, kw), dilation2)]
-    if spans[0] > x.shape[2] or spans[1] > x.shape[3]:
+    padded = [size + lo + hi for size, (lo, hi) in zip(x.shape[2:], pads)]
+    if spans[0] > padded[0] or spans[1] > padded[1]:
         raise ValueError(f"{name}: kernel of size {(kh, kw)} (dilated: {tuple(spans)}) is larger than the padded "
-                         f"input of size {x.shape[2:]}")
-    win = _windows(x, (kh, kw), stride2, dilation2)  # N C KH OH KW OW
-    oh, ow = win.shape[3], win.shape[5]
-    win = fnp.reshape(win, (batch, groups, group_channels, kh, oh, kw, ow))
-    w = fnp.reshape(weight, (groups, out_channels // groups, group_channels, kh, kw))
-    # contract (kh, kw, c) in this order: the last reduction axis (c) then has a non-unit stride in both
-    # operands, which lets the compiler run the product in i-k-j order with OW innermost (vectorized)
-    out = _dot_general(w, win, contracting=((3, 4, 2), (3, 5, 2)), batch=((0,), (1,)))
-    # out: G, Og, N, OH, OW  ->  N, G*Og, OH, OW
-    out = fnp.reshape(fnp.permute_dims(out, (2, 0, 1, 3, 4)), (batch, out_channels, oh, ow))
+                         f"input of size {tuple(padded)}")
+    dtype = fnp.result_type(x, weight)
+    out = bind(P.conv_general_dilated_p, x.astype(dtype), weight.astype(dtype), window_strides=stride2,
+               padding=pads, lhs_dilation=(1, 1), rhs_dilation=dilation2, feature_group_count=groups)
     if bias is not None:
         out = out + _channel_vector(bias, out_channels, name, "bias", out.ndim)
     return out[0] if unbatched else out
-
-
-def _dot_general(lhs: Tensor, rhs: Tensor, contracting: tuple[Sequence[int], Sequence[int]],
-                 batch: tuple[Sequence[int], Sequence[int]]) -> Tensor:
-    """The ``dot_general`` primitive (XLA's; output axes: batch, lhs free, rhs free) on promoted operands."""
-    dtype = fnp.result_type(lhs, rhs)
-    return bind(P.dot_general_p, lhs.astype(dtype), rhs.astype(dtype),
-                contracting=(tuple(contracting[0]), tuple(contracting[1])), batch=(tuple(batch[0]), tuple(batch[1])))
 
 
 def _channel_vector(value: ArrayLike, channels: int, name: str, what: str, ndim: int) -> Tensor:

@@ -802,6 +802,92 @@ def _dot_transpose_operand(ct: Any, aval: Any, other: Any, contracting: Any, bat
 jvp_rules[P.dot_general_p] = _dot_general_jvp
 transpose_rules[P.dot_general_p] = _dot_general_transpose
 
+# --- conv_general_dilated ----------------------------------------------------------------------
+# The convolution is bilinear; each transpose is again a convolution (JAX's
+# _conv_general_dilated_transpose_lhs/rhs), so the backward pass gets the compiler's conv lowering.
+
+
+def _conv_jvp(primals: list[Any], tangents: list[Any], **params: Any) -> tuple[Any, Any]:
+    (lhs, rhs), (t_lhs, t_rhs) = primals, tangents
+    out = bind(P.conv_general_dilated_p, lhs, rhs, **params)
+    terms = []
+    if t_lhs is not None:
+        terms.append(bind(P.conv_general_dilated_p, t_lhs, rhs, **params))
+    if t_rhs is not None:
+        terms.append(bind(P.conv_general_dilated_p, lhs, t_rhs, **params))
+    return out, _sum_terms(terms, out.shape)
+
+
+def _conv_transpose(ct: Any, lhs: Any, rhs: Any, *, window_strides: tuple[int, ...],
+                    padding: tuple[tuple[int, int], ...], lhs_dilation: tuple[int, ...],
+                    rhs_dilation: tuple[int, ...], feature_group_count: int) -> list[Any]:
+    if is_undefined(lhs) and is_undefined(rhs):
+        raise AssertionError("conv_general_dilated of two linear operands is not linear")
+    if is_undefined(lhs):
+        return [_conv_transpose_lhs(ct, lhs.aval, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                                    feature_group_count), None]
+    return [None, _conv_transpose_rhs(ct, lhs, rhs.aval, window_strides, padding, lhs_dilation, rhs_dilation,
+                                      feature_group_count)]
+
+
+def _conv_transpose_lhs(ct: Any, lhs_aval: ShapedArray, rhs: Any, strides: Sequence[int],
+                        padding: Sequence[tuple[int, int]], lhs_dilation: Sequence[int],
+                        rhs_dilation: Sequence[int], groups: int) -> Any:
+    """d lhs: the cotangent, dilated by the strides, convolved with the flipped kernel whose in/out
+    channels are swapped (per group); striding by lhs_dilation undoes the lhs dilation."""
+    out_channels, group_in, *kernel = rhs.shape
+    spatial = list(range(2, rhs.ndim))
+    swapped = bind(P.reshape_p, rhs, new_sizes=(groups, out_channels // groups, group_in, *kernel))
+    swapped = bind(P.transpose_p, swapped, permutation=(0, 2, 1, *range(3, rhs.ndim + 1)))
+    swapped = bind(P.reshape_p, swapped, new_sizes=(groups * group_in, out_channels // groups, *kernel))
+    flipped = bind(P.flip_p, swapped, axes=tuple(spatial))
+    pads = []
+    for size, k, out, stride, (lo, _), ld, rd in zip(lhs_aval.shape[2:], kernel, ct.shape[2:], strides, padding,
+                                                     lhs_dilation, rhs_dilation):
+        span, dilated = (k - 1) * rd + 1, (size - 1) * ld + 1
+        before = span - 1 - lo
+        pads.append((before, dilated + span - 1 - ((out - 1) * stride + 1) - before))
+    return bind(P.conv_general_dilated_p, ct, flipped, window_strides=tuple(lhs_dilation), padding=tuple(pads),
+                lhs_dilation=tuple(strides), rhs_dilation=tuple(rhs_dilation), feature_group_count=groups)
+
+
+def _conv_transpose_rhs(ct: Any, lhs: Any, rhs_aval: ShapedArray, strides: Sequence[int],
+                        padding: Sequence[tuple[int, int]], lhs_dilation: Sequence[int],
+                        rhs_dilation: Sequence[int], groups: int) -> Any:
+    """d rhs: a convolution of lhs (channels as the batch, the batch as features) with the cotangent
+    as the kernel (dilated by the strides), giving (C, O, *kernel). Groups are one such conv each
+    (there is no batch_group_count), concatenated over O."""
+    kernel = rhs_aval.shape[2:]
+    pads = []
+    for size, k, out, stride, (lo, hi), ld, rd in zip(lhs.shape[2:], kernel, ct.shape[2:], strides, padding,
+                                                      lhs_dilation, rhs_dilation):
+        padded = (size - 1) * ld + 1 + lo + hi
+        extra = padded - (out - 1) * stride - 1 - (k - 1) * rd  # input the forward windows never reached
+        pads.append((lo, hi - extra))
+    lhs_t = bind(P.transpose_p, lhs, permutation=(1, 0, *range(2, lhs.ndim)))
+    ct_t = bind(P.transpose_p, ct, permutation=(1, 0, *range(2, ct.ndim)))
+    per_group_in, per_group_out = lhs.shape[1] // groups, ct.shape[1] // groups
+    results = []
+    for g in range(groups):
+        part_lhs, part_ct = lhs_t, ct_t
+        if groups > 1:
+            part_lhs = _slice_axis0(lhs_t, g * per_group_in, (g + 1) * per_group_in)
+            part_ct = _slice_axis0(ct_t, g * per_group_out, (g + 1) * per_group_out)
+        grad = bind(P.conv_general_dilated_p, part_lhs, part_ct, window_strides=tuple(rhs_dilation),
+                    padding=tuple(pads), lhs_dilation=tuple(lhs_dilation), rhs_dilation=tuple(strides),
+                    feature_group_count=1)  # (C / groups, O / groups, *kernel)
+        results.append(bind(P.transpose_p, grad, permutation=(1, 0, *range(2, grad.ndim))))
+    return results[0] if groups == 1 else bind(P.concatenate_p, *results, axis=0)
+
+
+def _slice_axis0(x: Any, start: int, stop: int) -> Any:
+    return bind(P.slice_p, x, start=(start,) + (0,) * (x.ndim - 1), limit=(stop,) + tuple(x.shape[1:]),
+                strides=(1,) * x.ndim)
+
+
+jvp_rules[P.conv_general_dilated_p] = _conv_jvp
+transpose_rules[P.conv_general_dilated_p] = _conv_transpose
+
 # --- sort --------------------------------------------------------------------------------------
 
 

@@ -259,6 +259,42 @@ def _dot_general_batch(args: list[Any], dims: list[Dim], *, axis_size: int,
 
 batch_rules[P.dot_general_p] = _dot_general_batch
 
+# --- conv_general_dilated ----------------------------------------------------------------------
+
+
+def _conv_batch(args: list[Any], dims: list[Dim], *, axis_size: int, **params: Any) -> tuple[Any, Any]:
+    """A batched lhs folds the vmapped axis into N; a batched rhs folds it into the output channels
+    (per feature group); both batched: into the feature groups, each example its own group."""
+    (lhs, rhs), (lhs_dim, rhs_dim) = args, dims
+    groups = params["feature_group_count"]
+    size = axis_size
+    if rhs_dim is None:
+        lhs = move_to_front(lhs, lhs_dim)
+        folded = bind(P.reshape_p, lhs, new_sizes=(size * lhs.shape[1],) + tuple(lhs.shape[2:]))
+        out = bind(P.conv_general_dilated_p, folded, rhs, **params)
+        return bind(P.reshape_p, out, new_sizes=(size, lhs.shape[1]) + tuple(out.shape[1:])), 0
+    rhs = move_to_front(rhs, rhs_dim)
+    out_channels, group_in, *kernel = rhs.shape[1:]
+    per_group = out_channels // groups
+    if lhs_dim is None:  # output channels ordered (group, example, channel) so each group stays contiguous
+        rhs = bind(P.reshape_p, rhs, new_sizes=(size, groups, per_group, group_in, *kernel))
+        rhs = bind(P.transpose_p, rhs, permutation=(1, 0, *range(2, rhs.ndim)))
+        rhs = bind(P.reshape_p, rhs, new_sizes=(size * out_channels, group_in, *kernel))
+        out = bind(P.conv_general_dilated_p, lhs, rhs, **params)
+        batch, *spatial = out.shape[:1] + out.shape[2:]
+        out = bind(P.reshape_p, out, new_sizes=(batch, groups, size, per_group, *spatial))
+        out = bind(P.transpose_p, out, permutation=(0, 2, 1, *range(3, out.ndim)))
+        return bind(P.reshape_p, out, new_sizes=(batch, size, out_channels, *spatial)), 1
+    lhs = move_to_front(lhs, lhs_dim)  # (B, N, C, ...) -> (N, B * C, ...): example b owns groups b*G ...
+    lhs = bind(P.transpose_p, lhs, permutation=(1, 0, *range(2, lhs.ndim)))
+    lhs = bind(P.reshape_p, lhs, new_sizes=(lhs.shape[0], size * lhs.shape[2]) + tuple(lhs.shape[3:]))
+    rhs = bind(P.reshape_p, rhs, new_sizes=(size * out_channels, group_in, *kernel))
+    out = bind(P.conv_general_dilated_p, lhs, rhs, **{**params, "feature_group_count": size * groups})
+    return bind(P.reshape_p, out, new_sizes=(out.shape[0], size, out_channels) + tuple(out.shape[2:])), 1
+
+
+batch_rules[P.conv_general_dilated_p] = _conv_batch
+
 # --- dynamic slicing, gather and scatter -------------------------------------------------------
 
 

@@ -1,0 +1,228 @@
+"""Lowering convolutions: each ``conv_general_dilated`` becomes movement equations and one ``dot_general``.
+
+Runs on the IR right before scheduling (``schedule.schedule``), so the transforms see one primitive
+(short rules whose transposes are again convolutions) and the compiler needs no kernel of its own:
+
+* lhs: dilated (reshape, pad, reshape, slice) and padded; a padded or dilated lhs is *stored*, so the
+  product reads a plain array instead of testing bounds per element;
+* a window view per spatial axis (length L -> (kernel, out)) built from broadcast, reshape and strided
+  slices whose indices the kernel simplifier turns into affine loads (no im2col buffer);
+* one ``dot_general`` in the layout that lets the CPU renderer run its fast i-k-j loop order (the last
+  output axis has >= ``FAST_ROW`` elements and an operand is contiguous along it):
+
+  - *spatial-last*: out (Og, N, *out_spatial), the window view contiguous along the last output axis,
+    when that axis is long enough and the stride along it is 1 (the 5x5 layers of a small CNN);
+  - *channels-last*: out (N, *out_spatial, Og) with the kernel stored as (Cg, *K, Og), when the spatial
+    axis is short (3x3 layers, and the weight gradient, whose "output spatial" axes are the kernel's).
+    The product is stored and transposed to NCHW by its consumers' index arithmetic. A long contraction
+    (the weight gradient sums over the batch and the image) is split into chunks of the feature axis
+    that are summed afterwards, so each chunk's operands stay in cache.
+
+``lower_convolutions(ir)`` returns the new IR and the ids of the values the schedule must store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad.ir import primitives as P
+from funcgrad.ir.core import IR, Eqn, Literal, Var
+
+FAST_ROW = 16  # render_llvm.reduce_outer: the i-k-j order needs a last output axis of at least this length
+SPLIT_REDUCTION = 16384  # contractions longer than this are split along the feature axis (split-K)
+CHUNK_REDUCTION = 4096  # ... into chunks of at least this many terms
+
+
+def lower_convolutions(ir: IR) -> tuple[IR, frozenset[int]]:
+    """``ir`` with every conv_general_dilated replaced by its lowering, and the var ids to store."""
+    if not any(e.primitive is P.conv_general_dilated_p for e in ir.eqns):
+        return ir, frozenset()
+    builder = _Builder()
+    for eqn in ir.eqns:
+        if eqn.primitive is P.conv_general_dilated_p:
+            _lower_conv(builder, eqn)
+        else:
+            builder.eqns.append(eqn)
+    return IR(ir.in_vars, builder.eqns, ir.outputs, ir.const_vars, ir.consts), frozenset(builder.stored)
+
+
+class _Builder:
+    """Appends equations (types from the shape rules) and remembers which values to store."""
+
+    def __init__(self) -> None:
+        self.eqns: list[Eqn] = []
+        self.stored: set[int] = set()
+
+    def bind(self, primitive: P.Primitive, *inputs: Any, out: Var | None = None, **params: Any) -> Var:
+        aval = primitive.shape_rule(*(a.aval for a in inputs), **params)
+        var = out if out is not None else Var(aval)
+        assert var.aval == aval, (var.aval, aval)
+        self.eqns.append(Eqn(primitive, inputs, params, [var]))
+        return var
+
+    def reshape(self, x: Var, shape: Sequence[int], out: Var | None = None) -> Var:
+        if tuple(shape) == x.aval.shape and out is None:
+            return x
+        return self.bind(P.reshape_p, x, new_sizes=tuple(shape), out=out)
+
+    def transpose(self, x: Var, permutation: Sequence[int], out: Var | None = None) -> Var:
+        if tuple(permutation) == tuple(range(x.aval.ndim)) and out is None:
+            return x
+        return self.bind(P.transpose_p, x, permutation=tuple(permutation), out=out)
+
+    def slice_axis(self, x: Var, axis: int, start: int, stop: int, step: int = 1) -> Var:
+        shape = x.aval.shape
+        if (start, stop, step) == (0, shape[axis], 1):
+            return x
+        starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
+        starts[axis], limits[axis], strides[axis] = start, stop, step
+        return self.bind(P.slice_p, x, start=tuple(starts), limit=tuple(limits), strides=tuple(strides))
+
+    def pad_axis(self, x: Var, axis: int, low: int, high: int) -> Var:
+        if low == high == 0:
+            return x
+        lows, highs = [0] * x.aval.ndim, [0] * x.aval.ndim
+        lows[axis], highs[axis] = low, high
+        zero = Literal.of(x.aval.dtype.type(0))
+        return self.bind(P.pad_p, x, zero, low=tuple(lows), high=tuple(highs))
+
+
+def _lower_conv(b: _Builder, eqn: Eqn) -> None:
+    lhs, rhs = eqn.inputs
+    assert isinstance(lhs, Var) and isinstance(rhs, Var)  # literals are scalars; convolutions take rank >= 3
+    params = eqn.param_dict
+    out_var = eqn.outputs[0]
+    batch, out_channels = out_var.aval.shape[:2]
+    out_spatial = out_var.aval.shape[2:]
+    _, group_in, *kernel = rhs.aval.shape
+    groups = params["feature_group_count"]
+    per_group = out_channels // groups
+    spatial = len(kernel)
+
+    x = _dilated_padded(b, lhs, params["lhs_dilation"], params["padding"])
+    for i in range(spatial):  # (N, C, *S) -> (N, C, K1, O1, K2, O2, ...)
+        x = _window_axis(b, x, 2 + 2 * i, kernel[i], params["window_strides"][i], params["rhs_dilation"][i],
+                         out_spatial[i])
+    # (N, [G,] Cg, K1, O1, ...): axis numbers of the view after splitting the groups
+    grouped = groups > 1
+    g_axis, c_axis = (1, 2) if grouped else (None, 1)
+    first_k = c_axis + 1
+    win = b.reshape(x, (batch,) + ((groups,) if grouped else ()) + (group_in,) + x.aval.shape[2:])
+    k_axes = [first_k + 2 * i for i in range(spatial)]
+
+    spatial_last = out_spatial[-1] >= FAST_ROW and params["window_strides"][-1] == 1
+    if spatial_last or per_group < FAST_ROW:
+        _spatial_last_product(b, win, rhs, out_var, groups, g_axis, c_axis, k_axes)
+    else:
+        _channels_last_product(b, win, rhs, out_var, groups, g_axis, c_axis, k_axes)
+
+
+def _dilated_padded(b: _Builder, x: Var, dilation: Sequence[int], padding: Sequence[tuple[int, int]]) -> Var:
+    """The lhs with ``dilation - 1`` zeros between elements and padded (negative pads crop); stored
+    when it is more than a crop of the lhs."""
+    original = x
+    grown = False
+    for i, (d, (low, high)) in enumerate(zip(dilation, padding)):
+        axis = 2 + i
+        if d > 1:  # (.., L, ..) -> (.., L, 1, ..) -> pad to (.., L, d, ..) -> flatten -> crop (L - 1) * d + 1
+            shape = x.aval.shape
+            length = shape[axis]
+            x = b.reshape(x, shape[:axis + 1] + (1,) + shape[axis + 1:])
+            x = b.pad_axis(x, axis + 1, 0, d - 1)
+            x = b.reshape(x, shape[:axis] + (length * d,) + shape[axis + 1:])
+            x = b.slice_axis(x, axis, 0, (length - 1) * d + 1)
+            grown = True
+        size = x.aval.shape[axis]
+        x = b.slice_axis(x, axis, max(-low, 0), size - max(-high, 0))
+        x = b.pad_axis(x, axis, max(low, 0), max(high, 0))
+        grown = grown or low > 0 or high > 0
+    if grown and x is not original:
+        b.stored.add(x.id)
+    return x
+
+
+def _window_axis(b: _Builder, x: Var, axis: int, kernel: int, stride: int, dilation: int, out: int) -> Var:
+    """Replace ``axis`` (length L) by (kernel, out) with value ``x[o * stride + j * dilation]`` at (j, o):
+    the axis repeated, flattened and re-read in rows of L + dilation (tinygrad's pool trick)."""
+    shape = x.aval.shape
+    length = shape[axis]
+    before, after = shape[:axis], shape[axis + 1:]
+    if kernel == 1:
+        x = b.slice_axis(x, axis, 0, (out - 1) * stride + 1, stride)
+        return b.reshape(x, before + (1, out) + after)
+    row = length + dilation
+    repeats = -(-kernel * row // length)
+    x = b.bind(P.broadcast_in_dim_p, x, shape=before + (repeats, length) + after,
+               broadcast_dimensions=tuple(range(axis)) + tuple(range(axis + 1, len(shape) + 1)))
+    x = b.reshape(x, before + (repeats * length,) + after)
+    x = b.slice_axis(x, axis, 0, kernel * row)
+    x = b.reshape(x, before + (kernel, row) + after)
+    return b.slice_axis(x, axis + 1, 0, (out - 1) * stride + 1, stride)
+
+
+def _spatial_last_product(b: _Builder, win: Var, rhs: Var, out_var: Var, groups: int, g_axis: int | None,
+                          c_axis: int, k_axes: list[int]) -> None:
+    """out (G, Og, N, *O) = w (G, Og, Cg, *K) . window view, contracted in the order (*K, Cg): the last
+    contracted axis then has no unit stride, so the renderer runs i-k-j with the last output axis innermost."""
+    out_channels, group_in, *kernel = rhs.aval.shape
+    w = b.reshape(rhs, ((groups,) if g_axis is not None else ()) + (out_channels // groups, group_in, *kernel))
+    w_first_k = 3 if g_axis is not None else 2
+    w_contract = tuple(w_first_k + i for i in range(len(kernel))) + (w_first_k - 1,)
+    product = b.bind(P.dot_general_p, w, win, contracting=(w_contract, tuple(k_axes) + (c_axis,)),
+                     batch=((0,), (g_axis,)) if g_axis is not None else ((), ()))
+    spatial = len(kernel)
+    if g_axis is None:  # (Og, N, *O) -> (N, O, *O)
+        b.transpose(product, (1, 0) + tuple(range(2, 2 + spatial)), out=out_var)
+        return
+    moved = b.transpose(product, (2, 0, 1) + tuple(range(3, 3 + spatial)))  # (N, G, Og, *O)
+    b.reshape(moved, out_var.aval.shape, out=out_var)
+
+
+def _channels_last_product(b: _Builder, win: Var, rhs: Var, out_var: Var, groups: int, g_axis: int | None,
+                           c_axis: int, k_axes: list[int]) -> None:
+    """out (N, *O, Og) = window view . w' with the kernel stored as w' (G, Cg, *K, Og), contiguous along
+    the output's last axis; contracted in the order (Cg, *K). Long contractions are split along Cg."""
+    out_channels, group_in, *kernel = rhs.aval.shape
+    spatial = len(kernel)
+    per_group = out_channels // groups
+    w = b.reshape(rhs, (groups, per_group, group_in, *kernel))
+    w = b.transpose(w, (0, 2) + tuple(range(3, 3 + spatial)) + (1,))  # (G, Cg, *K, Og)
+    if g_axis is None:
+        w = b.reshape(w, w.aval.shape[1:])
+    b.stored.add(w.id)
+    w_c = 1 if g_axis is not None else 0
+    w_k = tuple(w_c + 1 + i for i in range(spatial))
+
+    terms = group_in * int(np.prod(kernel))
+    chunks = _chunk_count(group_in, int(np.prod(kernel))) if terms > SPLIT_REDUCTION else 1
+    lhs_batch: tuple[int, ...] = (g_axis,) if g_axis is not None else ()
+    rhs_batch: tuple[int, ...] = (0,) if g_axis is not None else ()
+    if chunks > 1:  # split Cg into (chunks, Cg / chunks): the chunk axis becomes the leading batch axis
+        win = b.reshape(win, win.aval.shape[:c_axis] + (chunks, group_in // chunks) + win.aval.shape[c_axis + 1:])
+        w = b.reshape(w, w.aval.shape[:w_c] + (chunks, group_in // chunks) + w.aval.shape[w_c + 1:])
+        k_axes = [a + 1 for a in k_axes]
+        w_k = tuple(a + 1 for a in w_k)
+        lhs_batch, rhs_batch = (c_axis,) + lhs_batch, (w_c,) + rhs_batch
+        c_axis, w_c = c_axis + 1, w_c + 1
+    product = b.bind(P.dot_general_p, win, w, contracting=((c_axis, *k_axes), (w_c, *w_k)),
+                     batch=(lhs_batch, rhs_batch))  # ([chunks,] [G,] N, *O, Og)
+    b.stored.add(product.id)
+    if chunks > 1:
+        product = b.bind(P.reduce_sum_p, product, axes=(0,))
+    if g_axis is None:  # (N, *O, Og) -> (N, O, *O)
+        b.transpose(product, (0, 1 + spatial) + tuple(range(1, 1 + spatial)), out=out_var)
+        return
+    moved = b.transpose(product, (1, 0, 2 + spatial) + tuple(range(2, 2 + spatial)))  # (N, G, Og, *O)
+    b.reshape(moved, out_var.aval.shape, out=out_var)
+
+
+def _chunk_count(features: int, per_feature: int) -> int:
+    """How many chunks to split ``features`` into: each chunk (a divisor) holds at least
+    ``CHUNK_REDUCTION`` terms of the contraction."""
+    for size in range(1, features + 1):
+        if features % size == 0 and size * per_feature >= CHUNK_REDUCTION:
+            return features // size
+    return 1
