@@ -24,9 +24,11 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from funcgrad.debug import debug_level
+from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.render_wgsl import (
     WORKGROUP_SIZE,
@@ -34,6 +36,7 @@ from funcgrad.lower.render_wgsl import (
     WGSLUnsupportedError,
     buffer_layout,
     render_wgsl,
+    storage_dtype,
 )
 
 __all__ = ["WebGPUDevice", "WebGPUKernel", "WebGPUError", "probe", "MAX_WORKGROUPS_PER_DIMENSION"]
@@ -44,6 +47,11 @@ MAX_WORKGROUPS_PER_DIMENSION = 65535
 class WebGPUError(RuntimeError):
     """A kernel cannot be compiled or launched on WEBGPU (the message names the kernel, the limit or
     the device's own compiler message)."""
+
+
+def _buffer_usage() -> Any:
+    import wgpu
+    return wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
 def _quiet_runtime_dir() -> None:
@@ -73,6 +81,14 @@ def probe() -> tuple[bool, str]:
     return True, f"{info.get('device', '?')} via {info.get('backend_type', '?')}"
 
 
+@attrs.frozen
+class GPUArray:
+    """A value in device memory: a storage buffer of ``size`` 32-bit words (see ``storage_dtype``)."""
+
+    buffer: Any
+    size: int
+
+
 class WebGPUKernel:
     """A kernel compiled to a compute pipeline; ``compiled(inputs, outputs)`` runs it, writing into
     the preallocated ``outputs``."""
@@ -90,7 +106,6 @@ class WebGPUKernel:
         return f"WebGPUKernel({self.name})"
 
     def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        import wgpu
         kernel = self.kernel
         if len(inputs) != len(kernel.in_avals) or len(outputs) != len(kernel.out_avals):
             raise ValueError(f"kernel {self.name} takes {len(kernel.in_avals)} inputs and {len(kernel.out_avals)} "
@@ -101,49 +116,55 @@ class WebGPUKernel:
                         or array.size != int(np.prod(aval.shape)):
                     raise ValueError(f"kernel {self.name}: {role} {number} must be a {aval} array, got "
                                      f"{getattr(array, 'dtype', type(array).__name__)}{getattr(array, 'shape', '')}")
+        device = self.device
+        results = [device.allocate(aval) for aval in kernel.out_avals]
+        self.launch([device.upload(np.ascontiguousarray(array)) for array in inputs], results)
+        for out, buffer, aval in zip(outputs, results, kernel.out_avals):
+            out.reshape(-1)[...] = device.download(buffer, aval).reshape(-1)
+
+    def launch(self, inputs: Sequence[GPUArray], outputs: Sequence[GPUArray]) -> None:
+        """Run on device buffers (from ``WebGPUDevice.upload``/``allocate``); the work is queued,
+        not waited for. Packed bindings are gathered and scattered with buffer copies on the GPU."""
         if self.size == 0:
             return
         gpu = self.device.gpu
         limit = self.device.max_binding_size
+        encoder = gpu.create_command_encoder()
+        bound = []
         for binding in self.layout.bindings:
-            nbytes = binding.size * binding.storage.itemsize
+            nbytes = binding.size * 4
             if nbytes > limit:
                 held = ", ".join(f"{'output' if binding.writable else 'input'} {m} "
-                                 f"{(kernel.out_avals if binding.writable else kernel.in_avals)[m]}"
+                                 f"{(self.kernel.out_avals if binding.writable else self.kernel.in_avals)[m]}"
                                  for m in binding.members)
                 raise WebGPUError(f"kernel {self.name}: {held} need a {nbytes}-byte storage buffer, over the "
                                   f"device's max_storage_buffer_binding_size of {limit} bytes")
-        buffers = []
-        for binding in self.layout.bindings:
-            if binding.writable:
-                usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
-                buffers.append(gpu.create_buffer(size=max(4, binding.size * 4), usage=usage))
+            arrays = outputs if binding.writable else inputs
+            if len(binding.members) == 1:
+                bound.append(arrays[binding.members[0]].buffer)
                 continue
-            parts = [np.asarray(inputs[m], dtype=binding.storage).reshape(-1) for m in binding.members]
-            data = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            if data.size == 0:  # a binding cannot be empty
-                data = np.zeros(1, data.dtype)
-            buffers.append(gpu.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.STORAGE))
+            packed = gpu.create_buffer(size=max(4, nbytes), usage=_buffer_usage())
+            if not binding.writable:
+                for member, offset in zip(binding.members, binding.offsets):
+                    if inputs[member].size:
+                        encoder.copy_buffer_to_buffer(inputs[member].buffer, 0, packed, offset * 4,
+                                                      inputs[member].size * 4)
+            bound.append(packed)
         entries = [{"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
-                   for n, buffer in enumerate(buffers)]
+                   for n, buffer in enumerate(bound)]
         bind_group = gpu.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=entries)
-        encoder = gpu.create_command_encoder()
         compute = encoder.begin_compute_pass()
         compute.set_pipeline(self.pipeline)
         compute.set_bind_group(0, bind_group)
         compute.dispatch_workgroups(*dispatch_grid(self.size))
         compute.end()
+        for binding, packed in zip(self.layout.bindings, bound):
+            if binding.writable and len(binding.members) > 1:
+                for member, offset in zip(binding.members, binding.offsets):
+                    if outputs[member].size:
+                        encoder.copy_buffer_to_buffer(packed, offset * 4, outputs[member].buffer, 0,
+                                                      outputs[member].size * 4)
         gpu.queue.submit([encoder.finish()])
-        for binding, buffer in zip(self.layout.bindings, buffers):
-            if not binding.writable:
-                continue
-            raw = np.frombuffer(gpu.queue.read_buffer(buffer), binding.storage)
-            for member, offset in zip(binding.members, binding.offsets):
-                out, dtype = outputs[member], kernel.out_avals[member].dtype
-                part = raw[offset:offset + out.size]
-                out.reshape(-1)[...] = part != 0 if dtype == np.bool_ else part.astype(dtype)
-        for buffer in buffers:
-            buffer.destroy()
 
 
 def dispatch_grid(size: int) -> tuple[int, int, int]:
@@ -164,6 +185,7 @@ class WebGPUDevice:
     """
 
     name = "WEBGPU"
+    resident = True  # plans keep intermediates in device memory (funcgrad/lower/plan.py)
 
     def __init__(self) -> None:
         try:
@@ -177,11 +199,32 @@ class WebGPUDevice:
         self.max_binding_size = int(min(limits["max_storage_buffer_binding_size"], limits["max_buffer_size"]))
         self.max_buffers = int(limits["max_storage_buffers_per_shader_stage"])
         self.pipelines: dict[str, Any] = {}
+        self._fence = self.gpu.create_buffer(size=4, usage=_buffer_usage())
         self.stats = {"compiled": 0, "cached": 0}
 
     def __repr__(self) -> str:
         info = self.adapter.info
         return f"WebGPUDevice({info.get('device', '?')} via {info.get('backend_type', '?')})"
+
+    # --- device memory (the plan's resident protocol) ---
+    def upload(self, array: np.ndarray) -> GPUArray:
+        data = np.ascontiguousarray(array, dtype=storage_dtype(array.dtype)).reshape(-1)
+        buffer = self.gpu.create_buffer_with_data(data=data if data.size else np.zeros(1, data.dtype),
+                                                  usage=_buffer_usage())
+        return GPUArray(buffer, data.size)
+
+    def allocate(self, aval: ShapedArray) -> GPUArray:
+        size = int(np.prod(aval.shape, dtype=np.int64))
+        return GPUArray(self.gpu.create_buffer(size=max(4, size * 4), usage=_buffer_usage()), size)
+
+    def download(self, array: GPUArray, aval: ShapedArray) -> np.ndarray:
+        raw = np.frombuffer(self.gpu.queue.read_buffer(array.buffer), storage_dtype(aval.dtype))[:array.size]
+        return (raw != 0 if aval.dtype == np.bool_ else raw.astype(aval.dtype)).reshape(aval.shape)
+
+    def synchronize(self) -> None:
+        """Wait for the queued work (reading a buffer back waits for it; wgpu-py 0.32's
+        ``on_submitted_work_done_sync`` fails on a callback signature)."""
+        self.gpu.queue.read_buffer(self._fence)
 
     def render(self, kernel: Kernel) -> str:
         """The kernel's WGSL source (what ``compile`` compiles and DEBUG=4 prints)."""
