@@ -11,6 +11,8 @@ The run tests need pycuda and a driver, and skip with the probe's reason otherwi
 from __future__ import annotations
 
 import re
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -153,6 +155,105 @@ def test_launch_shapes() -> None:
     long_sum = reduction_kernel("long", "sum", np.dtype(np.float32), (3, 5000, 1))
     (group,) = render_cuda([long_sum])[1]
     assert cuda.CUDAKernel(None, long_sum, "", None, group).launch_shape() == ((3, 1, 1), (group, 1, 1))
+
+
+# --- the device's driver calls, against a stand-in for pycuda.driver --------------------------------
+
+class FakeDriver(types.ModuleType):
+    """Enough of ``pycuda.driver`` to run the device's code: memory is host bytes, and a launched
+    function runs its kernel with the NumPy evaluator (found by name in ``kernels``)."""
+
+    class Error(Exception):
+        pass
+
+    def __init__(self) -> None:
+        super().__init__("pycuda.driver")
+        self.kernels: dict[str, Kernel] = {}
+        self.launches: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
+        self.copies = {"htod": 0, "dtoh": 0}
+        driver = self
+
+        class Device:
+            @staticmethod
+            def count() -> int:
+                return 1
+
+            def __init__(self, ordinal: int) -> None:
+                pass
+
+            def name(self) -> str:
+                return "Fake H200"
+
+            def compute_capability(self) -> tuple[int, int]:
+                return 9, 0
+
+            def retain_primary_context(self) -> object:
+                return types.SimpleNamespace(push=lambda: None)
+
+        class Function:
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            def __call__(self, *allocations: bytearray, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
+                kernel = driver.kernels[self.name]
+                driver.launches.append((self.name, grid, block))
+                outs = len(kernel.out_avals)
+                inputs = [np.frombuffer(bytes(memory), a.dtype)[:int(np.prod(a.shape))].reshape(a.shape)
+                          for memory, a in zip(allocations[outs:], kernel.in_avals)]
+                for memory, value in zip(allocations, evaluate_kernel(kernel, inputs)):
+                    memory[:value.nbytes] = value.tobytes()
+
+        self.Device = Device
+        self.Context = types.SimpleNamespace(pop=lambda: None, synchronize=lambda: None)
+        self.init = lambda: None
+        self.mem_alloc = lambda nbytes: bytearray(nbytes)
+        self.module_from_buffer = lambda cubin: types.SimpleNamespace(get_function=Function)
+
+    def memcpy_htod(self, memory: bytearray, data: np.ndarray) -> None:
+        self.copies["htod"] += 1
+        memory[:data.nbytes] = data.tobytes()
+
+    def memcpy_dtoh(self, out: np.ndarray, memory: bytearray) -> None:
+        self.copies["dtoh"] += 1
+        out[...] = np.frombuffer(bytes(memory[:out.nbytes]), out.dtype)
+
+
+@pytest.fixture
+def fake_driver(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
+    driver = FakeDriver()
+    package = types.ModuleType("pycuda")
+    package.driver = driver  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pycuda", package)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    monkeypatch.setattr(cuda, "compile_cuda", lambda source, arch, output: b"cubin")
+    return driver
+
+
+def test_device_runs_plans_resident_through_the_driver(fake_driver: FakeDriver) -> None:
+    from funcgrad.lower.plan import Plan
+
+    assert cuda.probe() == (True, "Fake H200")
+    device = cuda.CUDADevice()
+    assert device.arch == "sm_90" and device.resident
+    ir = fg.make_ir(lambda a: fnp.exp(a).sum(axis=1) * 2 + a.max(axis=1))(np.ones((3, 4), np.float32))
+    opened = IR(tuple(ir.const_vars) + tuple(ir.in_vars), ir.eqns, ir.outputs)
+    for step in schedule(opened):
+        if isinstance(step, KernelStep):
+            fake_driver.kernels[kernel_function_name(step.kernel)] = step.kernel
+    plan = Plan(opened, device)
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    (got,) = plan.run([x])
+    np.testing.assert_allclose(got, np.exp(x).sum(1) * 2 + x.max(1), rtol=1e-6)
+    assert fake_driver.copies == {"htod": 1, "dtoh": 1}  # the input in once, the result out once
+    assert len(fake_driver.launches) == len(plan.kernels) >= 2
+    # a bfloat16 array travels as bytes (NumPy cannot export it through the buffer protocol)
+    bf16 = np.dtype(dtypes.bfloat16)
+    kernel = elementwise_kernel("bf16_copy", [bf16], [alu("neg", load(0, g(), bf16))], n=4)
+    fake_driver.kernels["bf16_copy"] = kernel
+    out = np.empty(4, bf16)
+    device.compile(kernel)([np.arange(4).astype(bf16)], [out])
+    assert np.array_equal(out, -np.arange(4).astype(bf16)) and fake_driver.launches[-1][1:] == ((1, 1, 1),
+                                                                                              (cuda.BLOCK_SIZE, 1, 1))
 
 
 # --- on a GPU ------------------------------------------------------------------------------------------

@@ -2,13 +2,14 @@
 through pycuda's driver API.
 
     Kernel --render_cuda--> CUDA C --nvcc -cubin -arch=sm_XY--> cubin --cuModuleLoadData--> function
-    call: host arrays --memcpy HtoD--> device buffers --launch(grid, block)--> memcpy DtoH --> outputs
+    plan: host arrays --memcpy HtoD--> device buffers --launch(grid, block)...--> memcpy DtoH --> outputs
 
-Buffers hold the same bytes as the NumPy arrays (bool as one byte, float16/bfloat16 as 16-bit
-patterns), so nothing is converted on the way. Modules are cached by source. ``compile_cuda`` (nvcc
-to PTX or cubin, failing with nvcc's log) needs no driver, which is how the renderer is tested on
-machines without a GPU. ``probe()`` reports "pycuda not installed" or "no CUDA driver" when the
-runtime cannot start.
+The device is resident: a plan uploads its inputs once, keeps intermediates in device memory and
+copies back only outputs and what host steps need. Buffers hold the same bytes as the NumPy arrays
+(bool as one byte, float16/bfloat16 as 16-bit patterns), so nothing is converted on the way.
+Modules are cached by source. ``compile_cuda`` (nvcc to PTX or cubin, failing with nvcc's log)
+needs no driver, which is how the renderer is tested on machines without a GPU. ``probe()``
+reports "pycuda not installed" or "no CUDA driver" when the runtime cannot start.
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from funcgrad.debug import debug_level
+from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.render_c import kernel_function_name
 from funcgrad.lower.render_cuda import render_cuda
 
-__all__ = ["CUDADevice", "CUDAKernel", "CUDAError", "compile_cuda", "nvcc_path", "ptxas_report", "probe", "BLOCK_SIZE"]
+__all__ = ["CUDADevice", "CUDAKernel", "CUDAArray", "CUDAError", "compile_cuda", "nvcc_path", "ptxas_report", "probe",
+           "BLOCK_SIZE"]
 
 BLOCK_SIZE = 256  # threads per block for one-output-per-thread kernels
 
@@ -135,25 +139,31 @@ class CUDAKernel:
                         or array.size != int(np.prod(aval.shape)) or not array.flags.c_contiguous:
                     raise ValueError(f"kernel {self.name}: {role} {number} must be a C-contiguous {aval} array, got "
                                      f"{getattr(array, 'dtype', type(array).__name__)}{getattr(array, 'shape', '')}")
+        device = self.device
+        results = [device.allocate(aval) for aval in kernel.out_avals]
+        self.launch([device.upload(array) for array in inputs], results)
+        for out, buffer, aval in zip(outputs, results, kernel.out_avals):
+            out[...] = device.download(buffer, aval)
+
+    def launch(self, inputs: Sequence[CUDAArray], outputs: Sequence[CUDAArray]) -> None:
+        """Run on device buffers (from ``CUDADevice.upload``/``allocate``), asynchronously."""
         if self.size == 0:
             return
         import pycuda.driver as driver
+        grid, block = self.launch_shape()
         with self.device.active():
-            buffers = [driver.mem_alloc(max(1, array.nbytes)) for array in (*outputs, *inputs)]
             try:
-                # as bytes: NumPy cannot export bfloat16 (an ml_dtypes type) through the buffer protocol
-                for buffer, array in zip(buffers[len(outputs):], inputs):
-                    if array.nbytes:
-                        driver.memcpy_htod(buffer, array.reshape(-1).view(np.uint8))
-                grid, block = self.launch_shape()
-                self.function(*buffers, grid=grid, block=block)
-                for buffer, array in zip(buffers, outputs):
-                    driver.memcpy_dtoh(array.reshape(-1).view(np.uint8), buffer)
+                self.function(*(a.allocation for a in (*outputs, *inputs)), grid=grid, block=block)
             except driver.Error as error:
                 raise CUDAError(f"kernel {self.name} failed on CUDA: {error}") from error
-            finally:
-                for buffer in buffers:
-                    buffer.free()
+
+
+@attrs.frozen
+class CUDAArray:
+    """A value in device memory: an allocation holding the array's bytes, as NumPy lays them out."""
+
+    allocation: Any
+    nbytes: int
 
 
 class CUDADevice:
@@ -164,6 +174,7 @@ class CUDADevice:
     """
 
     name = "CUDA"
+    resident = True  # plans keep intermediates in device memory (funcgrad/lower/plan.py)
 
     def __init__(self, ordinal: int = 0) -> None:
         ok, reason = probe()
@@ -183,6 +194,36 @@ class CUDADevice:
 
     def active(self) -> _ActiveContext:
         return _ActiveContext(self)
+
+    # --- device memory (the plan's resident protocol); copies go as bytes, since NumPy cannot export
+    # bfloat16 (an ml_dtypes type) through the buffer protocol
+    def upload(self, array: np.ndarray) -> CUDAArray:
+        import pycuda.driver as driver
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        with self.active():
+            allocation = driver.mem_alloc(max(1, data.nbytes))
+            if data.nbytes:
+                driver.memcpy_htod(allocation, data)
+        return CUDAArray(allocation, data.nbytes)
+
+    def allocate(self, aval: ShapedArray) -> CUDAArray:
+        import pycuda.driver as driver
+        nbytes = int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
+        with self.active():
+            return CUDAArray(driver.mem_alloc(max(1, nbytes)), nbytes)
+
+    def download(self, array: CUDAArray, aval: ShapedArray) -> np.ndarray:
+        import pycuda.driver as driver
+        out = np.empty(aval.shape, aval.dtype)
+        if array.nbytes:
+            with self.active():
+                driver.memcpy_dtoh(out.reshape(-1).view(np.uint8), array.allocation)
+        return out
+
+    def synchronize(self) -> None:
+        import pycuda.driver as driver
+        with self.active():
+            driver.Context.synchronize()
 
     def render(self, kernel: Kernel) -> str:
         """The kernel's CUDA C source (what ``compile`` compiles and DEBUG=4 prints)."""
