@@ -332,9 +332,12 @@ HELPERS: dict[str, str] = {
     "fg_tan": """fn fg_tan(x: f32) -> f32 {
   if (fg_isnan(x) || abs(x) == fg_inf()) { return fg_nan(); }
   let reduced = fg_reduce_pio2(abs(x));
-  let s = fg_sin_reduced(reduced.x);
-  let c = fg_cos_reduced(reduced.x);
-  let r = select(s / c, -c / s, (u32(reduced.y) & 1u) == 1u);
+  let z = reduced.x;
+  let zz = z * z;
+  // Cephes tanf on |z| <= pi/4; odd quadrants give -cot
+  let t = (((((9.38540185543e-3f * zz + 3.11992232697e-3f) * zz + 2.44301354525e-2f) * zz + 5.34112807005e-2f) * zz
+            + 1.33387994085e-1f) * zz + 3.33331568548e-1f) * zz * z + z;
+  let r = select(t, -1.0f / t, (u32(reduced.y) & 1u) == 1u);
   return select(r, -r, x < 0.0f || (bitcast<u32>(x) >> 31u) == 1u);
 }""",
     # Cephes asinf/acosf (the driver's asin is thousands of ulps off near +-1)
