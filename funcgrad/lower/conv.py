@@ -206,39 +206,54 @@ def _spatial_last_product(b: _Builder, win: Var, rhs: Var, out_var: Var, groups:
 def _channels_last_product(b: _Builder, win: Var, rhs: Var, out_var: Var, groups: int, g_axis: int | None,
                            c_axis: int, k_axes: list[int]) -> None:
     """out (N, *O, Og) = window view . w' with the kernel stored as w' (G, Cg, *K, Og), contiguous along
-    the output's last axis; contracted in the order (Cg, *K). Long contractions are split along Cg."""
+    the output's last axis; contracted in the order (Cg, *K). Long contractions are split along Cg.
+    Axes are tracked by label: n, g, c (or chunk, c), k0, o0, k1, o1, ..., og."""
     out_channels, group_in, *kernel = rhs.aval.shape
     spatial = len(kernel)
     per_group = out_channels // groups
     w = b.reshape(rhs, (groups, per_group, group_in, *kernel))
     w = b.transpose(w, (0, 2) + tuple(range(3, 3 + spatial)) + (1,))  # (G, Cg, *K, Og)
+    w_labels = ["g", "c"] + [f"k{i}" for i in range(spatial)] + ["og"]
     if g_axis is None:
         w = b.reshape(w, w.aval.shape[1:])
+        w_labels.remove("g")
     b.stored.add(w.id)
-    w_c = 1 if g_axis is not None else 0
-    w_k = tuple(w_c + 1 + i for i in range(spatial))
+    win_labels = ["n"] + (["g"] if g_axis is not None else []) + ["c"]
+    win_labels += [label for i in range(spatial) for label in (f"k{i}", f"o{i}")]
+    assert win_labels.index("c") == c_axis and [win_labels.index(f"k{i}") for i in range(spatial)] == k_axes
 
-    terms = group_in * int(np.prod(kernel))
-    chunks = _chunk_count(group_in, int(np.prod(kernel))) if terms > SPLIT_REDUCTION else 1
-    lhs_batch: tuple[int, ...] = (g_axis,) if g_axis is not None else ()
-    rhs_batch: tuple[int, ...] = (0,) if g_axis is not None else ()
-    if chunks > 1:  # split Cg into (chunks, Cg / chunks): the chunk axis becomes the leading batch axis
+    chunks = _chunk_count(group_in, int(np.prod(kernel))) if group_in * int(np.prod(kernel)) > SPLIT_REDUCTION else 1
+    if chunks > 1:  # split Cg into (chunk, Cg / chunk); the chunk axis becomes a batch axis of the product
         win = b.reshape(win, win.aval.shape[:c_axis] + (chunks, group_in // chunks) + win.aval.shape[c_axis + 1:])
+        w_c = w_labels.index("c")
         w = b.reshape(w, w.aval.shape[:w_c] + (chunks, group_in // chunks) + w.aval.shape[w_c + 1:])
-        k_axes = [a + 1 for a in k_axes]
-        w_k = tuple(a + 1 for a in w_k)
-        lhs_batch, rhs_batch = (c_axis,) + lhs_batch, (w_c,) + rhs_batch
-        c_axis, w_c = c_axis + 1, w_c + 1
-    product = b.bind(P.dot_general_p, win, w, contracting=((c_axis, *k_axes), (w_c, *w_k)),
-                     batch=(lhs_batch, rhs_batch))  # ([chunks,] [G,] N, *O, Og)
+        win_labels.insert(c_axis, "chunk")
+        w_labels.insert(w_c, "chunk")
+    batch, last_spatial = out_var.aval.shape[0], out_var.aval.shape[-1]
+    if last_spatial % 2 and batch % 2 == 0:
+        # the renderer computes output rows in pairs along the second-to-last output axis: with an odd
+        # last spatial extent (a weight gradient's kernel width) make N that axis, so no row is left alone
+        order = [i for i, label in enumerate(win_labels) if label != "n"] + [win_labels.index("n")]
+        win = b.transpose(win, order)
+        win_labels = [win_labels[i] for i in order]
+    batch_labels = [label for label in ("chunk", "g") if label in win_labels]
+    contract_labels = ["c"] + [f"k{i}" for i in range(spatial)]
+    product = b.bind(P.dot_general_p, win, w,
+                     contracting=(tuple(win_labels.index(label) for label in contract_labels),
+                                  tuple(w_labels.index(label) for label in contract_labels)),
+                     batch=(tuple(win_labels.index(label) for label in batch_labels),
+                            tuple(w_labels.index(label) for label in batch_labels)))
+    labels = batch_labels + [label for label in win_labels if label not in contract_labels + batch_labels] + ["og"]
     b.stored.add(product.id)
     if chunks > 1:
-        product = b.bind(P.reduce_sum_p, product, axes=(0,))
-    if g_axis is None:  # (N, *O, Og) -> (N, O, *O)
-        b.transpose(product, (0, 1 + spatial) + tuple(range(1, 1 + spatial)), out=out_var)
+        product = b.bind(P.reduce_sum_p, product, axes=(labels.index("chunk"),))
+        labels.remove("chunk")
+    final = ["n"] + (["g"] if g_axis is not None else []) + ["og"] + [f"o{i}" for i in range(spatial)]
+    permutation = [labels.index(label) for label in final]
+    if g_axis is None:
+        b.transpose(product, permutation, out=out_var)
         return
-    moved = b.transpose(product, (1, 0, 2 + spatial) + tuple(range(2, 2 + spatial)))  # (N, G, Og, *O)
-    b.reshape(moved, out_var.aval.shape, out=out_var)
+    b.reshape(b.transpose(product, permutation), out_var.aval.shape, out=out_var)
 
 
 def _chunk_count(features: int, per_feature: int) -> int:

@@ -753,13 +753,13 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
         else:
             new = builder.alu(alu, [old, value], acc_compute)
         builder.emit(f"store {acc_type} {new}, ptr {pointer}")
-    # a short row (< 64: 16 lanes x LLVM's interleave of 4) that is not a whole number of vectors would be
-    # fully unrolled, and LLVM would then vectorise a reduction loop with gathers (measured 5x slower on a
-    # 20-wide conv row): keep the row a vectorised loop and the reduction loops scalar
+    # LLVM fully unrolls a short row (< 64: 16 lanes x its interleave of 4) and may then vectorise a
+    # reduction loop with gathers (measured 5x slower on 20-wide rows and on 1-row remainder blocks):
+    # the reduction loops stay scalar, and a row that is not whole vectors stays a vectorised loop
     short = size < SHORT_ROW and size % 16 != 0
     builder.close_loop(inner, hints=("vectorize", "no_unroll") if short else ())
     for name in reversed(reduce_vars):
-        builder.close_loop(f"{name}.{rows}", hints=("no_vectorize",) if short else ())
+        builder.close_loop(f"{name}.{rows}", hints=("no_vectorize",))
         del builder.var_names[name]
     builder.cache = dict(saved)
 
