@@ -30,7 +30,7 @@ from funcgrad.transforms.transpose import transpose_rules
 FIRST_ORDER = sorted(p.name for p in vars(P).values() if isinstance(p, P.Primitive) and p.name != "jit")
 LINEAR = ["add", "sub", "neg", "mul", "div", "convert_element_type", "reduce_sum", "reshape",
           "broadcast_in_dim", "transpose", "pad", "slice", "flip", "concatenate", "select", "dynamic_slice",
-          "dynamic_update_slice", "gather", "scatter", "cumsum", "dot_general"]
+          "dynamic_update_slice", "gather", "scatter", "cumsum", "dot_general", "conv_general_dilated"]
 NOT_LINEAR = ["reduce_prod", "reduce_max", "reduce_min", "cumprod", "cummax", "cummin", "sort", "exp", "pow"]
 
 
@@ -239,6 +239,9 @@ CASES.update({
                           {"contracting": ((2,), (0,)), "batch": ((1,), (2,))}),
     "dot_general_outer": ("dot_general", [_uniform(-2, 2, (2,)), _uniform(-2, 2, (3,))],
                           {"contracting": ((), ()), "batch": ((), ())}),
+    "conv_general_dilated": ("conv_general_dilated", [_uniform(-2, 2, (1, 4, 5)), _uniform(-2, 2, (4, 2, 2))],
+                             {"window_strides": (2,), "padding": ((1, 0),), "lhs_dilation": (2,),
+                              "rhs_dilation": (1,), "feature_group_count": 2}),
     "sort": ("sort", [_uniform(-2, 2, (3, 5)), _uniform(-2, 2, (3, 5))],
              {"dimension": 1, "num_keys": 1, "descending": False}),
     # the first key has ties (held constant: moving it would reorder), broken by the second key
