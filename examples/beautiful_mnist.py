@@ -77,7 +77,8 @@ def main() -> None:
     parser.add_argument("--dataset", choices=["fashion_mnist", "mnist"], default="fashion_mnist")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=1e-3, help="the learning rate (the peak one with onecycle)")
+    parser.add_argument("--schedule", choices=["constant", "onecycle"], default="constant")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--target", type=float, default=None, help="stop once the test accuracy reaches this")
@@ -89,7 +90,8 @@ def main() -> None:
     X_test, Y_test = X_test[:args.test_samples], Y_test[:args.test_samples]
     Tensor.manual_seed(args.seed)
     model = Model()
-    opt = nn.optim.Adam(nn.state.get_parameters(model), lr=args.lr)
+    lr = nn.optim.onecycle(args.steps, args.lr) if args.schedule == "onecycle" else args.lr
+    opt = nn.optim.Adam(nn.state.get_parameters(model), lr=lr)
     rng = np.random.default_rng(args.seed)
 
     start = time.perf_counter()
