@@ -10,7 +10,8 @@
 """
 
 from funcgrad import tree
-from funcgrad.devices import Device, device_put, devices
+from funcgrad import devices  # a package, callable as fg.devices() (see funcgrad/devices/__init__.py)
+from funcgrad.devices import Device, device_put
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, ShapedArray
 from funcgrad.ir.tracing import ConcretizationError, EscapedTracerError, TracerError

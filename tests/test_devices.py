@@ -416,3 +416,15 @@ def test_benchmarks_run_on_the_chosen_device(device_name, tmp_path):
     report = json.loads(out.read_text())
     assert report["meta"]["device"] == device_name and f"on device {device_name}" in process.stdout
     assert [row["ok"] for row in report["workloads"]] == [True, True]  # funcgrad's results matched NumPy's
+
+
+def test_devices_is_a_callable_package():
+    """fg.devices() lists devices (as jax.devices()) and funcgrad.devices stays an importable package."""
+    import importlib
+
+    import funcgrad as fg
+    cpu_module = importlib.import_module("funcgrad.devices.cpu")
+    import funcgrad.devices.cpu as by_statement  # the form that breaks if a function shadows the package
+    assert by_statement is cpu_module
+    names = [info.name for info in fg.devices()]
+    assert "CPU" in names and "REFERENCE" in names

@@ -25,6 +25,9 @@ GPU, then the CPU). ``devices()`` lists every registered device and why an unusa
 
 from __future__ import annotations
 
+import sys
+import types
+
 import importlib
 import os
 import threading
@@ -232,3 +235,14 @@ register_module("CL", "funcgrad.devices.opencl", "OpenCLDevice", priority=10)  #
 register_module("CUDA", "funcgrad.devices.cuda", "CUDADevice", priority=20)
 register_module("WEBGPU", "funcgrad.devices.webgpu", "WebGPUDevice")
 register_device("REFERENCE", _reference_device, lambda: (True, "NumPy kernel evaluator"))
+
+
+class _CallableModule(types.ModuleType):
+    """``funcgrad.devices`` is both this package (``funcgrad.devices.cpu``, ...) and, as JAX's
+    ``jax.devices()``, a function: ``fg.devices()`` lists the devices."""
+
+    def __call__(self) -> list[DeviceInfo]:
+        return devices()
+
+
+sys.modules[__name__].__class__ = _CallableModule
