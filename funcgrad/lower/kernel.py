@@ -34,6 +34,18 @@ BINARY = ("add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "and"
           "shift_right", "eq", "ne", "lt", "le", "gt", "ge")
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_OPS = ("sum", "prod", "max", "min")
+LOW_PRECISION = ("float16", "bfloat16")  # computed in float32 by the renderers, stored as 16 bits
+
+
+def dtype_class(dtype: np.dtype) -> str:
+    """How renderers treat a dtype: 'b' bool, 's' signed int, 'u' unsigned int, 'f' float32/float64,
+    'h' float16/bfloat16."""
+    dtype = np.dtype(dtype)
+    if dtype.name == "bool":
+        return "b"
+    if dtype.name in LOW_PRECISION:
+        return "h"
+    return {"i": "s", "u": "u", "f": "f"}[dtype.kind]
 
 
 @attrs.frozen(cache_hash=True)

@@ -34,26 +34,18 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr
+from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, dtype_class
 
 __all__ = ["CRenderer", "OpenCLRenderer", "render_program", "render_opencl", "kernel_function_name", "LOCAL_REDUCE"]
 
 FLOAT32 = np.dtype(np.float32)
-LOW_PRECISION = ("float16", "bfloat16")
 # a reduction of at least ``min_length`` elements into at most ``max_outputs`` outputs runs one
 # work-group of ``group`` work-items per output, combined in local memory
 LOCAL_REDUCE = {"min_length": 1024, "max_outputs": 8192, "group": 64}
 WORK_GROUP = 64  # work-items per group for one-element-per-item kernels
 
 
-def kind_of(dtype: np.dtype) -> str:
-    """'b' bool, 's' signed int, 'u' unsigned int, 'f' float32/float64, 'h' float16/bfloat16."""
-    dtype = np.dtype(dtype)
-    if dtype.name == "bool":
-        return "b"
-    if dtype.name in LOW_PRECISION:
-        return "h"
-    return {"i": "s", "u": "u", "f": "f"}[dtype.kind]
+kind_of = dtype_class  # the kernel IR's dtype classes
 
 
 def kernel_function_name(kernel: Kernel) -> str:

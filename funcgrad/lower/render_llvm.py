@@ -24,14 +24,13 @@ import attrs
 import ml_dtypes
 import numpy as np
 
-from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, flat_index, var
+from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, dtype_class, flat_index, var
 
 __all__ = ["render_llvm", "llvm_function_name", "LLVM_TYPES"]
 
 LLVM_TYPES = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "i8",
               "uint16": "i16", "uint32": "i32", "uint64": "i64", "float16": "half", "bfloat16": "bfloat",
               "float32": "float", "float64": "double"}
-LOW_PRECISION = ("float16", "bfloat16")
 FLOAT32 = np.dtype(np.float32)
 
 
@@ -43,14 +42,7 @@ def memory_type(dtype: np.dtype) -> str:
     return "i8" if np.dtype(dtype).name == "bool" else value_type(dtype)
 
 
-def op_class(dtype: np.dtype) -> str:
-    """'b' bool, 's' signed int, 'u' unsigned int, 'f' float32/float64, 'h' float16/bfloat16."""
-    dtype = np.dtype(dtype)
-    if dtype.name == "bool":
-        return "b"
-    if dtype.name in LOW_PRECISION:
-        return "h"
-    return {"i": "s", "u": "u", "f": "f"}[dtype.kind]
+op_class = dtype_class  # the kernel IR's dtype classes
 
 
 # --- ALU templates -------------------------------------------------------------------------------
