@@ -29,6 +29,7 @@ import numpy as np
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel
+from funcgrad.lower.plan import run_on_host_arrays
 from funcgrad.lower.render_c import kernel_function_name
 from funcgrad.lower.render_cuda import render_cuda
 
@@ -129,21 +130,7 @@ class CUDAKernel:
         return (-(-self.size // BLOCK_SIZE), 1, 1), (BLOCK_SIZE, 1, 1)
 
     def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        kernel = self.kernel
-        if len(inputs) != len(kernel.in_avals) or len(outputs) != len(kernel.out_avals):
-            raise ValueError(f"kernel {self.name} takes {len(kernel.in_avals)} inputs and {len(kernel.out_avals)} "
-                             f"outputs, got {len(inputs)} and {len(outputs)}")
-        for role, arrays, avals in (("input", inputs, kernel.in_avals), ("output", outputs, kernel.out_avals)):
-            for number, (array, aval) in enumerate(zip(arrays, avals)):
-                if not isinstance(array, np.ndarray) or array.dtype != aval.dtype \
-                        or array.size != int(np.prod(aval.shape)) or not array.flags.c_contiguous:
-                    raise ValueError(f"kernel {self.name}: {role} {number} must be a C-contiguous {aval} array, got "
-                                     f"{getattr(array, 'dtype', type(array).__name__)}{getattr(array, 'shape', '')}")
-        device = self.device
-        results = [device.allocate(aval) for aval in kernel.out_avals]
-        self.launch([device.upload(array) for array in inputs], results)
-        for out, buffer, aval in zip(outputs, results, kernel.out_avals):
-            out[...] = device.download(buffer, aval)
+        run_on_host_arrays(self, inputs, outputs, contiguous=True)
 
     def launch(self, inputs: Sequence[CUDAArray], outputs: Sequence[CUDAArray]) -> None:
         """Run on device buffers (from ``CUDADevice.upload``/``allocate``), asynchronously."""

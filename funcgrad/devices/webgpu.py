@@ -30,6 +30,7 @@ import numpy as np
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel
+from funcgrad.lower.plan import run_on_host_arrays
 from funcgrad.lower.render_wgsl import (
     WORKGROUP_SIZE,
     BufferLayout,
@@ -106,21 +107,7 @@ class WebGPUKernel:
         return f"WebGPUKernel({self.name})"
 
     def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        kernel = self.kernel
-        if len(inputs) != len(kernel.in_avals) or len(outputs) != len(kernel.out_avals):
-            raise ValueError(f"kernel {self.name} takes {len(kernel.in_avals)} inputs and {len(kernel.out_avals)} "
-                             f"outputs, got {len(inputs)} and {len(outputs)}")
-        for role, arrays, avals in (("input", inputs, kernel.in_avals), ("output", outputs, kernel.out_avals)):
-            for number, (array, aval) in enumerate(zip(arrays, avals)):
-                if not isinstance(array, np.ndarray) or array.dtype != aval.dtype \
-                        or array.size != int(np.prod(aval.shape)):
-                    raise ValueError(f"kernel {self.name}: {role} {number} must be a {aval} array, got "
-                                     f"{getattr(array, 'dtype', type(array).__name__)}{getattr(array, 'shape', '')}")
-        device = self.device
-        results = [device.allocate(aval) for aval in kernel.out_avals]
-        self.launch([device.upload(np.ascontiguousarray(array)) for array in inputs], results)
-        for out, buffer, aval in zip(outputs, results, kernel.out_avals):
-            out.reshape(-1)[...] = device.download(buffer, aval).reshape(-1)
+        run_on_host_arrays(self, inputs, outputs, contiguous=False)
 
     def launch(self, inputs: Sequence[GPUArray], outputs: Sequence[GPUArray]) -> None:
         """Run on device buffers (from ``WebGPUDevice.upload``/``allocate``); the work is queued,

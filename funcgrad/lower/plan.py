@@ -34,6 +34,29 @@ class CompiledKernel(Protocol):
     def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None: ...
 
 
+def run_on_host_arrays(compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+                       contiguous: bool = False) -> None:
+    """Call a resident device's compiled kernel on host arrays: check them against the kernel's
+    avals, upload the inputs, launch, download into ``outputs``. ``compiled`` has ``kernel``,
+    ``name``, ``device`` (with allocate/upload/download) and ``launch(inputs, outputs)``."""
+    kernel = compiled.kernel
+    if len(inputs) != len(kernel.in_avals) or len(outputs) != len(kernel.out_avals):
+        raise ValueError(f"kernel {compiled.name} takes {len(kernel.in_avals)} inputs and {len(kernel.out_avals)} "
+                         f"outputs, got {len(inputs)} and {len(outputs)}")
+    for role, arrays, avals in (("input", inputs, kernel.in_avals), ("output", outputs, kernel.out_avals)):
+        for number, (array, aval) in enumerate(zip(arrays, avals)):
+            if not isinstance(array, np.ndarray) or array.dtype != aval.dtype \
+                    or array.size != int(np.prod(aval.shape)) or (contiguous and not array.flags.c_contiguous):
+                layout = "C-contiguous " if contiguous else ""
+                raise ValueError(f"kernel {compiled.name}: {role} {number} must be a {layout}{aval} array, got "
+                                 f"{getattr(array, 'dtype', type(array).__name__)}{getattr(array, 'shape', '')}")
+    device = compiled.device
+    results = [device.allocate(aval) for aval in kernel.out_avals]
+    compiled.launch([device.upload(np.ascontiguousarray(array)) for array in inputs], results)
+    for out, buffer, aval in zip(outputs, results, kernel.out_avals):
+        out.reshape(-1)[...] = device.download(buffer, aval).reshape(-1)
+
+
 class Device(Protocol):
     name: str
 
