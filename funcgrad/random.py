@@ -654,13 +654,38 @@ def manual_seed(seed: int = 0) -> None:
         _global_key = new_key
 
 
+_recorders = threading.local()  # per thread: a stack of lists collecting the keys next_key() hands out
+
+
 def next_key() -> Tensor:
-    """A fresh key from the global state (which advances): ``state, new = split(state)``."""
+    """A fresh key from the global state (which advances): ``state, new = split(state)``.
+
+    Inside ``jit`` the key becomes a constant of the trace; jit records it (``recording_keys``)
+    and hands the compiled function a new key from the global state on every call, so
+    ``Tensor.rand`` and dropout inside a jitted step draw new numbers each step, as eagerly."""
     global _global_key
     with _state_lock:
         keys = _split_on_host(_global_key, 2)
         _global_key = keys[0]
-    return Tensor(keys[1])
+    drawn = Tensor(keys[1])
+    stack = getattr(_recorders, "stack", None)
+    if stack:
+        stack[-1].append(drawn)
+    return drawn
+
+
+class recording_keys:  # noqa: N801 - used as a context manager, like a function
+    """``with recording_keys() as drawn:`` collects the keys ``next_key()`` returns meanwhile."""
+
+    def __enter__(self) -> list[Tensor]:
+        self.drawn: list[Tensor] = []
+        if not hasattr(_recorders, "stack"):
+            _recorders.stack = []
+        _recorders.stack.append(self.drawn)
+        return self.drawn
+
+    def __exit__(self, *exc: Any) -> None:
+        _recorders.stack.pop()
 
 
 def _pop_options(kind: str, options: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:

@@ -9,6 +9,7 @@ import pytest
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+import funcgrad.random as fr
 from funcgrad import Tensor, nn
 
 
@@ -287,3 +288,52 @@ def test_scheduled_learning_rate_in_a_jitted_step_traces_once():
     np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-6)
     assert results[0][0][0] == results[0][0][1]  # lr 0 at step 0: the first update changes nothing
     assert step.trace_count == 1
+
+
+# --- randomness from the global state inside jit --------------------------------------------------
+
+def test_jitted_rand_draws_new_numbers_each_call_like_eager():
+    """Tensor.rand inside jit takes its key from the global state on every call (not once at trace
+    time), and the sequence of draws is the eager one."""
+    def noisy(x):
+        return x + Tensor.rand(4)
+
+    x = Tensor(np.zeros(4, np.float32))
+    Tensor.manual_seed(3)
+    eager = [noisy(x).numpy() for _ in range(3)]
+    Tensor.manual_seed(3)
+    jitted_fn = fg.jit(noisy)
+    jitted = [jitted_fn(x).numpy() for _ in range(3)]
+    assert jitted_fn.trace_count == 1
+    assert not np.array_equal(jitted[0], jitted[1]) and not np.array_equal(jitted[1], jitted[2])
+    for a, b in zip(eager, jitted):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_dropout_in_a_jitted_training_step_draws_a_new_mask_each_step():
+    from funcgrad import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            self.linear = nn.Linear(8, 8)
+            self.drop = nn.Dropout(0.5)
+
+        def forward(self, x):
+            return self.drop(self.linear(x))
+
+    model = Net()
+    model.train()
+    x = Tensor(np.ones((4, 8), np.float32))
+    step = fg.jit(lambda m, x: m(x))
+    masks = [(step(model, x).numpy() == 0) for _ in range(3)]
+    assert step.trace_count == 1
+    assert not np.array_equal(masks[0], masks[1]) and not np.array_equal(masks[1], masks[2])
+    for mask in masks:
+        assert 0.2 < mask.mean() < 0.8  # about half dropped
+
+
+def test_explicit_keys_inside_jit_are_untouched():
+    """A key passed as an argument is the caller's: jit must not replace it."""
+    f = fg.jit(lambda key: fr.uniform(key, (3,)))
+    key = fr.key(0)
+    np.testing.assert_array_equal(f(key).numpy(), f(key).numpy())

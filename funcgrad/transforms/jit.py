@@ -57,7 +57,20 @@ class WriteBack(NamedTuple):
             leaves[index].grad = next(new) if has_value else None
 
 
-Entry = tuple[IR, Any, list[Any], WriteBack | None]  # (open IR, output tree, consts, write-back)
+# (open IR, output tree, consts, write-back, positions of the consts that are keys drawn from the global
+# random state: each call replaces them with fresh keys)
+Entry = tuple[IR, Any, list[Any], WriteBack | None, tuple[int, ...]]
+
+
+def fresh_consts(consts: list[Any], key_positions: tuple[int, ...]) -> list[Any]:
+    """``consts`` with a new key from the global random state at each of ``key_positions``."""
+    if not key_positions:
+        return consts
+    from funcgrad.random import next_key
+    consts = list(consts)
+    for position in key_positions:
+        consts[position] = next_key()
+    return consts
 
 
 class Jitted:
@@ -75,6 +88,7 @@ class Jitted:
         self._cache: dict[Any, Entry] = {}
         self._simple_cache: dict[Any, Entry] = {}  # keyed by argument types only
         self._last_key: Any = None
+        self._just_traced: Entry | None = None  # the entry traced by this call, whose keys are fresh
         # copy the name and docstring only: updating __dict__ would copy the state of a wrapped Jitted
         functools.update_wrapper(self, fn, updated=())
 
@@ -120,7 +134,11 @@ class Jitted:
         return self._call(entry, [as_tensor(leaf) for leaf in leaves])
 
     def _call(self, entry: Entry, leaves: list[Tensor]) -> Any:
-        ir, out_tree, consts, write_back = entry
+        ir, out_tree, consts, write_back, key_positions = entry
+        if self._just_traced is entry:  # the trace drew its keys just now: use them, as an eager call would
+            self._just_traced = None
+        else:
+            consts = fresh_consts(consts, key_positions)
         operands = consts + leaves
         # a jit call is a compilation boundary: compute pending arguments once, so repeated calls on
         # them replay the cached plan instead of recomputing their graphs
@@ -137,8 +155,8 @@ class Jitted:
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """The traced IR and its compiled plan for these arguments, without running anything (as
         JAX's ``jit(f).lower(x)``): ``.ir``, ``.kernels`` (name, device, source) and ``.compile()``."""
-        (ir, out_tree, consts, write_back), _, _ = self._trace(args, kwargs)
-        return Lowered(self, ir, out_tree, consts, write_back)
+        (ir, out_tree, consts, write_back, key_positions), _, _ = self._trace(args, kwargs)
+        return Lowered(self, ir, out_tree, consts, write_back, key_positions)
 
     def _trace(self, args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> tuple[Entry, list[Any], bool]:
@@ -154,11 +172,16 @@ class Jitted:
             names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in
                                                           {n % len(args) for n in self.static_argnums}], dynamic[1])
             self._explain_retrace(key, names)
-            traced, out_tree, write_back, grads_in = _trace_in_place(call_with, dynamic, leaves, avals, in_tree,
-                                                                     f"jit({self.name})", names)
+            from funcgrad.random import recording_keys
+            with recording_keys() as drawn:
+                traced, out_tree, write_back, grads_in = _trace_in_place(call_with, dynamic, leaves, avals, in_tree,
+                                                                         f"jit({self.name})", names)
             traced = simplify(traced)
             _check_no_outside_grads(traced, grads_in, self.name)
-            entry = (open_ir(traced), out_tree, list(traced.consts), write_back)
+            drawn_ids = {id(k) for k in drawn}
+            key_positions = tuple(i for i, c in enumerate(traced.consts) if id(c) in drawn_ids)
+            entry = (open_ir(traced), out_tree, list(traced.consts), write_back, key_positions)
+            self._just_traced = entry
             self.trace_count += 1
             if not any(isinstance(c, Tensor) and c.is_traced for c in traced.consts):
                 self._cache[key] = entry  # closures over another trace's values cannot be reused
@@ -184,9 +207,9 @@ class Lowered:
     """A jit function lowered for one signature: its IR (consts as leading inputs) and kernels."""
 
     def __init__(self, jitted: Jitted, ir: IR, out_tree: Any, consts: list[Any],
-                 write_back: WriteBack | None = None) -> None:
+                 write_back: WriteBack | None = None, key_positions: tuple[int, ...] = ()) -> None:
         self.jitted, self.ir, self.out_tree, self.consts = jitted, ir, out_tree, consts
-        self.write_back = write_back
+        self.write_back, self.key_positions = write_back, key_positions
 
     @property
     def kernels(self) -> list[Any]:
@@ -218,7 +241,8 @@ class Compiled:
         if [x.aval for x in leaves] != list(self.lowered.ir.in_avals[len(self.lowered.consts):]):
             raise TypeError("this compiled function was lowered for other argument types: "
                             f"{[str(a) for a in self.lowered.ir.in_avals[len(self.lowered.consts):]]}")
-        arrays = [np.asarray(c) for c in self.lowered.consts] + [np.asarray(x) for x in leaves]
+        consts = fresh_consts(self.lowered.consts, self.lowered.key_positions)
+        arrays = [np.asarray(c) for c in consts] + [np.asarray(x) for x in leaves]
         outs = [Tensor(o, dtype=o.dtype) for o in self.plan.run(arrays)]
         n = self.lowered.out_tree.num_leaves
         if self.lowered.write_back is not None:
