@@ -428,3 +428,15 @@ def test_devices_is_a_callable_package():
     assert by_statement is cpu_module
     names = [info.name for info in fg.devices()]
     assert "CPU" in names and "REFERENCE" in names
+
+
+def test_tanh_and_logistic_saturate_exactly(on_device):
+    """tanh is exactly +-1 and logistic exactly 0/1 far out and at infinity, NaN stays NaN (PoCL's
+    libm gave tanh(inf) = 1 - ulp, so logistic(-inf) was 3e-8, before the renderer said so itself)."""
+    x = np.array([np.inf, -np.inf, 30.0, -30.0, 200.0, -200.0, np.nan, 0.0], np.float32)
+    tanh = fnp.tanh(fg.Tensor(x)).numpy()
+    logistic = fnp.sigmoid(fg.Tensor(x)).numpy()
+    np.testing.assert_array_equal(tanh[:6], [1, -1, 1, -1, 1, -1])
+    np.testing.assert_array_equal(logistic[:2], [1, 0])
+    np.testing.assert_array_equal(logistic[4:6], [1, 0])
+    assert np.isnan(tanh[6]) and np.isnan(logistic[6]) and tanh[7] == 0 and logistic[7] == 0.5

@@ -162,7 +162,7 @@ def test_float_floor_divide_and_remainder_follow_numpy_divmod_edge_cases():
     for fn, expected in ((fnp.floor_divide, floor_expected), (fnp.remainder, rem_expected)):
         for result in check_both_modes(fn, a, b):
             np.testing.assert_array_equal(result, expected)  # 1.0 // 0.1 is 9.0, not 10.0
-            np.testing.assert_array_equal(np.signbit(result), np.signbit(expected))  # signed zeros too
+            assert_same_signs(result, expected)  # signed zeros too
     quotient, rem = fnp.divmod(a, b)
     np.testing.assert_array_equal(quotient.numpy(), floor_expected)
     np.testing.assert_array_equal(rem.numpy(), rem_expected)
@@ -302,6 +302,14 @@ def test_maximum_and_minimum_propagate_nan_fmax_ignores_it():
     np.testing.assert_array_equal(fnp.fmin(a, b).numpy(), np.fmin(a, b))
 
 
+def assert_same_signs(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Sign bits agree, signed zeros included; NaNs are skipped: IEEE 754 leaves the sign of a NaN
+    an operation makes unspecified (glibc gives -nan for log(-inf), PoCL's libm +nan)."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    numbers = ~np.isnan(expected)
+    np.testing.assert_array_equal(np.signbit(actual)[numbers], np.signbit(expected)[numbers])
+
+
 def test_special_values_match_numpy():
     special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0], np.float32)
     with np.errstate(all="ignore"):
@@ -310,9 +318,11 @@ def test_special_values_match_numpy():
                               (fnp.trunc, np.trunc), (fnp.abs, np.abs), (fnp.log1p, np.log1p)):
             # exact at the special values (inf, nan, signed zeros); within 1 ulp elsewhere, since the
             # compiled kernels use the C library's correctly rounded functions, NumPy its own
-            np.testing.assert_array_max_ulp(fn(special).numpy(), reference(special).astype(np.float32), maxulp=1)
+            numbers = ~np.isnan(reference(special))  # NaN signs are unspecified: see assert_same_signs
+            np.testing.assert_array_max_ulp(fn(special).numpy()[numbers],
+                                            reference(special).astype(np.float32)[numbers], maxulp=1)
             np.testing.assert_array_equal(np.isnan(fn(special).numpy()), np.isnan(reference(special)))
-            np.testing.assert_array_equal(np.signbit(fn(special).numpy()), np.signbit(reference(special)))
+            assert_same_signs(fn(special).numpy(), reference(special))
         pairs_a = np.array([np.inf, np.inf, -np.inf, np.nan, 3.0, np.inf], np.float32)
         pairs_b = np.array([np.nan, np.inf, -np.inf, 1.0, 4.0, 1.0], np.float32)
         for fn, reference in ((fnp.hypot, np.hypot), (fnp.logaddexp, np.logaddexp), (fnp.atan2, np.arctan2),

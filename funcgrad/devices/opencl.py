@@ -23,7 +23,7 @@ import numpy as np
 
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import ShapedArray
-from funcgrad.lower.kernel import Kernel
+from funcgrad.lower.kernel import Kernel, UnsupportedDtypeError
 from funcgrad.lower.render_c import WORK_GROUP, kernel_function_name, render_opencl
 
 __all__ = ["OpenCLDevice", "CLKernel", "KernelCompileError", "probe", "preferred"]
@@ -31,6 +31,10 @@ __all__ = ["OpenCLDevice", "CLKernel", "KernelCompileError", "probe", "preferred
 
 class KernelCompileError(RuntimeError):
     """An OpenCL program failed to build; the message holds the compiler's log."""
+
+
+class Float64UnsupportedError(KernelCompileError, UnsupportedDtypeError):
+    """The OpenCL device has no cl_khr_fp64."""
 
 
 def _choose_device() -> Any:
@@ -158,8 +162,9 @@ class OpenCLDevice:
             return
         for aval in (*kernel.in_avals, *kernel.out_avals):
             if np.dtype(aval.dtype) == np.float64:
-                raise KernelCompileError(f"kernel {kernel.name}: the OpenCL device {self.cl_device.name.strip()} "
-                                         "does not support float64 (no cl_khr_fp64); use float32")
+                raise Float64UnsupportedError(f"kernel {kernel.name}: the OpenCL device "
+                                              f"{self.cl_device.name.strip()} does not support float64 "
+                                              "(no cl_khr_fp64); use float32")
 
     def render(self, kernel: Kernel) -> str:
         """The OpenCL C source of one kernel (what DEBUG=4 and ``Tensor.schedule()`` show)."""

@@ -34,6 +34,11 @@ BINARY = ("add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "and"
           "shift_right", "eq", "ne", "lt", "le", "gt", "ge")
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_OPS = ("sum", "prod", "max", "min")
+class UnsupportedDtypeError(TypeError):
+    """A device cannot hold or compute with a dtype (WEBGPU has no 64-bit types; OpenCL without
+    cl_khr_fp64 has no float64). The message names the device and the dtype."""
+
+
 LOW_PRECISION = ("float16", "bfloat16")  # computed in float32 by the renderers, stored as 16 bits
 
 

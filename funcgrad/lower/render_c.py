@@ -113,7 +113,11 @@ FLOAT_OPS = {
     "neg": "(-{x})", "add": "({x} + {y})", "sub": "({x} - {y})", "mul": "({x} * {y})", "div": "({x} / {y})",
     "eq": "({x} == {y})", "ne": "({x} != {y})", "lt": "({x} < {y})", "le": "({x} <= {y})", "gt": "({x} > {y})",
     "ge": "({x} >= {y})", "rsqrt": "(({T})1 / sqrt({x}))",
-    "logistic": "(({T})0.5 * tanh(({T})0.5 * {x}) + ({T})0.5)", "is_finite": "(isfinite({x}) != 0)",
+    "is_finite": "(isfinite({x}) != 0)",
+    # tanh rounds to +-1 beyond |x| = 9.01 (float32) or 19.1 (float64); say so exactly, since some libms
+    # (PoCL's) return 1 - ulp even at infinity; NaN fails the comparison and goes through tanh
+    "tanh": "(fabs({x}) > ({T})20 ? copysign(({T})1, {x}) : tanh({x}))",
+    "logistic": "(({T})0.5 * (fabs({x}) > ({T})40 ? copysign(({T})1, {x}) : tanh(({T})0.5 * {x})) + ({T})0.5)",
 }
 # the math library, op -> function name (the same name serves float and double: C overloads)
 MATH = {"abs": "fabs", "exp": "exp", "log": "log", "exp2": "exp2", "log2": "log2", "expm1": "expm1", "log1p": "log1p",

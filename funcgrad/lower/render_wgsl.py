@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr
+from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr, UnsupportedDtypeError
 
 __all__ = ["render_wgsl", "buffer_layout", "BufferLayout", "Binding", "storage_dtype", "check_kernel",
            "WGSLUnsupportedError", "WORKGROUP_SIZE"]
@@ -59,11 +59,15 @@ class WGSLUnsupportedError(ValueError):
     """The kernel uses something WGSL cannot express (64-bit types, sizes beyond i32)."""
 
 
+class WGSLDtypeError(WGSLUnsupportedError, UnsupportedDtypeError):
+    """A 64-bit dtype, which WGSL has no type for."""
+
+
 def storage_dtype(dtype: np.dtype) -> np.dtype:
     """The host dtype of a buffer holding ``dtype`` values (see the module docstring)."""
     name = np.dtype(dtype).name
     if name not in _TYPES:
-        raise WGSLUnsupportedError(f"WEBGPU cannot hold {name} arrays (WGSL has no 64-bit types; "
+        raise WGSLDtypeError(f"WEBGPU cannot hold {name} arrays (WGSL has no 64-bit types; "
                                    f"supported: {', '.join(_TYPES)})")
     return np.dtype(_TYPES[name][1])
 
@@ -73,7 +77,7 @@ def value_type(dtype: np.dtype) -> str:
         return "i32"
     name = np.dtype(dtype).name
     if name not in _TYPES:
-        raise WGSLUnsupportedError(f"WEBGPU cannot compute with {name} values (WGSL has no 64-bit types)")
+        raise WGSLDtypeError(f"WEBGPU cannot compute with {name} values (WGSL has no 64-bit types)")
     return _TYPES[name][0]
 
 
