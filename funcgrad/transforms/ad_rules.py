@@ -759,15 +759,18 @@ transpose_rules[P.scatter_p] = _scatter_transpose
 # --- dot_general -------------------------------------------------------------------------------
 
 
-def _dot_general_jvp(primals: list[Any], tangents: list[Any], **params: Any) -> tuple[Any, Any]:
-    (x, y), (tx, ty) = primals, tangents
-    out = bind(P.dot_general_p, x, y, **params)
-    terms = []
-    if tx is not None:
-        terms.append(bind(P.dot_general_p, tx, y, **params))
-    if ty is not None:
-        terms.append(bind(P.dot_general_p, x, ty, **params))
-    return out, _sum_terms(terms, out.shape)
+def _bilinear_jvp(primitive: P.Primitive) -> Callable[..., tuple[Any, Any]]:
+    """The jvp of a bilinear primitive f(x, y): f(tx, y) + f(x, ty)."""
+    def jvp(primals: list[Any], tangents: list[Any], **params: Any) -> tuple[Any, Any]:
+        (x, y), (tx, ty) = primals, tangents
+        out = bind(primitive, x, y, **params)
+        terms = []
+        if tx is not None:
+            terms.append(bind(primitive, tx, y, **params))
+        if ty is not None:
+            terms.append(bind(primitive, x, ty, **params))
+        return out, _sum_terms(terms, out.shape)
+    return jvp
 
 
 def _dot_general_transpose(ct: Any, x: Any, y: Any, *, contracting: Any, batch: Any) -> list[Any]:
@@ -799,23 +802,12 @@ def _dot_transpose_operand(ct: Any, aval: Any, other: Any, contracting: Any, bat
     return result
 
 
-jvp_rules[P.dot_general_p] = _dot_general_jvp
+jvp_rules[P.dot_general_p] = _bilinear_jvp(P.dot_general_p)
 transpose_rules[P.dot_general_p] = _dot_general_transpose
 
 # --- conv_general_dilated ----------------------------------------------------------------------
 # The convolution is bilinear; each transpose is again a convolution (JAX's
 # _conv_general_dilated_transpose_lhs/rhs), so the backward pass gets the compiler's conv lowering.
-
-
-def _conv_jvp(primals: list[Any], tangents: list[Any], **params: Any) -> tuple[Any, Any]:
-    (lhs, rhs), (t_lhs, t_rhs) = primals, tangents
-    out = bind(P.conv_general_dilated_p, lhs, rhs, **params)
-    terms = []
-    if t_lhs is not None:
-        terms.append(bind(P.conv_general_dilated_p, t_lhs, rhs, **params))
-    if t_rhs is not None:
-        terms.append(bind(P.conv_general_dilated_p, lhs, t_rhs, **params))
-    return out, _sum_terms(terms, out.shape)
 
 
 def _conv_transpose(ct: Any, lhs: Any, rhs: Any, *, window_strides: tuple[int, ...],
@@ -885,7 +877,7 @@ def _slice_axis0(x: Any, start: int, stop: int) -> Any:
                 strides=(1,) * x.ndim)
 
 
-jvp_rules[P.conv_general_dilated_p] = _conv_jvp
+jvp_rules[P.conv_general_dilated_p] = _bilinear_jvp(P.conv_general_dilated_p)
 transpose_rules[P.conv_general_dilated_p] = _conv_transpose
 
 # --- sort --------------------------------------------------------------------------------------
