@@ -15,7 +15,7 @@ import pytest
 
 RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 WORKLOADS = ["matmul_512", "matmul_1024", "matmul_2048", "gelu", "softmax", "layernorm", "dispatch",
-             "mlp_first_call", "mlp_step"]
+             "mlp_first_call", "mlp_step", "cnn_first_step", "cnn_step"]
 PEERS = ["numpy", "jax", "torch", "tinygrad"]
 
 
@@ -76,7 +76,8 @@ def test_table_shows_every_workload_and_each_target_verdict(quick_run: tuple[str
     for workload in WORKLOADS:
         assert f"\n{workload} " in stdout
     targets = {row["name"]: row["target"] for row in report["workloads"] if "target" in row}
-    assert set(targets) == {"matmul_1024", "gelu", "softmax", "layernorm", "dispatch", "mlp_step"}
+    assert set(targets) == {"matmul_1024", "gelu", "softmax", "layernorm", "dispatch", "mlp_step",
+                            "cnn_first_step", "cnn_step"}
     for name, target in targets.items():
         verdict = {True: "met", False: "NOT MET", None: "n/a"}[target["met"]]
         assert any(line.split()[:1] == [name] and line.endswith(verdict) for line in stdout.splitlines()), name
