@@ -296,3 +296,14 @@ def test_reductions_trace_to_one_primitive_each():
     ir = fg.make_ir(lambda t: fnp.sum(t, axis=1, keepdims=True))(np.ones((2, 3), np.float32))
     names = [eqn.primitive.name for eqn in ir.eqns]
     assert names == ["reduce_sum", "reshape"]
+
+
+@pytest.mark.parametrize("axes", [(0, 2, 3), None])
+def test_long_float32_sums_stay_accurate(axes):
+    """A float32 sum over 200k+ values (BatchNorm's statistics at batch 512) adds partial sums: one
+    running float32 accumulator was ~1e-4 off, which BatchNorm's backward magnified to percents."""
+    rng = np.random.default_rng(0)
+    x = (1.0001 + 1e-3 * rng.standard_normal((512, 4, 24, 24))).astype(np.float32)
+    got = fnp.sum(fg.Tensor(x), axis=axes).numpy()
+    expected = x.astype(np.float64).sum(axis=axes)
+    np.testing.assert_allclose(got, expected, rtol=2e-6)

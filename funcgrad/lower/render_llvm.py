@@ -558,6 +558,7 @@ def render_llvm(kernel: Kernel) -> str:
     if acc_dtype is not None:
         acc_compute = FLOAT32 if op_class(acc_dtype) == "h" else np.dtype(acc_dtype)
         builder.emit(f"%acc.addr = alloca {value_type(acc_compute)}")
+        builder.emit(f"%part.addr = alloca {value_type(acc_compute)}")  # used by long float sums only
 
     if acc_compute is not None and reduce_outer(kernel):
         _render_reduce_outer(builder, kernel, global_vars, reduce_vars, acc_compute)
@@ -569,21 +570,31 @@ def render_llvm(kernel: Kernel) -> str:
     if kernel.reduce_expr is not None and acc_dtype is not None and acc_compute is not None:
         empty = int(np.prod(kernel.reduce_shape)) == 0
         identity = render_const(reduce_identity(kernel.reduce_op or "", acc_compute, empty), acc_compute)
-        builder.emit(f"store {value_type(acc_compute)} {identity}, ptr %acc.addr")
-        for name, size in zip(reduce_vars, kernel.reduce_shape):
+        acc_type = value_type(acc_compute)
+        builder.emit(f"store {acc_type} {identity}, ptr %acc.addr")
+        alu = (BOOL_REDUCE_ALU if op_class(acc_compute) == "b" else REDUCE_ALU)[kernel.reduce_op or ""]
+        split = partial_sum_split(kernel, acc_compute)
+        into = "%acc.addr" if split is None else "%part.addr"
+        for depth, (name, size) in enumerate(zip(reduce_vars, kernel.reduce_shape)):
+            if depth == split:
+                builder.emit(f"store {acc_type} {identity}, ptr %part.addr")
             builder.open_loop(name, "0", str(size))
         value = builder.value(kernel.reduce_expr)
         if op_class(acc_dtype) == "h":
             value = builder.extend_to_float(value, acc_dtype)
-        old = builder.instantiate("{out} = load {t}, ptr %acc.addr", t=value_type(acc_compute))
-        alu = (BOOL_REDUCE_ALU if op_class(acc_compute) == "b" else REDUCE_ALU)[kernel.reduce_op or ""]
+        old = builder.instantiate("{out} = load {t}, ptr " + into, t=acc_type)
         if op_class(acc_compute) == "f" and alu in REASSOCIATE:
-            new = builder.instantiate(REASSOCIATE[alu], t=value_type(acc_compute), x=old, y=value)
+            new = builder.instantiate(REASSOCIATE[alu], t=acc_type, x=old, y=value)
         else:
             new = builder.alu(alu, [old, value], acc_compute)
-        builder.emit(f"store {value_type(acc_compute)} {new}, ptr %acc.addr")
-        for name in reversed(reduce_vars):
-            builder.close_loop(name)
+        builder.emit(f"store {acc_type} {new}, ptr {into}")
+        for depth in reversed(range(len(reduce_vars))):
+            builder.close_loop(reduce_vars[depth])
+            if depth == split:  # fold the finished partial sum into the total
+                total = builder.instantiate("{out} = load {t}, ptr %acc.addr", t=acc_type)
+                part = builder.instantiate("{out} = load {t}, ptr %part.addr", t=acc_type)
+                summed = builder.instantiate(REASSOCIATE[alu], t=acc_type, x=total, y=part)
+                builder.emit(f"store {acc_type} {summed}, ptr %acc.addr")
         builder.cache = {}  # values computed inside the reduction loop do not dominate the epilogue
         final = builder.instantiate("{out} = load {t}, ptr %acc.addr", t=value_type(acc_compute))
         builder.acc_value = builder.narrow_from_float(final, acc_dtype) if op_class(acc_dtype) == "h" else final
@@ -610,6 +621,29 @@ def _store_outputs(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[
         pointer = builder.instantiate("{out} = getelementptr inbounds {t}, ptr %out{n}, i64 {i}",
                                       t=memory_type(aval.dtype), n=number, i=position)
         builder.emit(f"store {memory_type(aval.dtype)} {value}, ptr {pointer}")
+
+
+PARTIAL_SUM_MIN = 4096  # float sums at least this long add up partial sums (see partial_sum_split)
+
+
+def partial_sum_split(kernel: Kernel, acc_compute: np.dtype) -> int | None:
+    """Where a long float sum splits its reduction loops into two levels, or None.
+
+    One float32 accumulator over n values loses ~n ulps (BatchNorm's sums over N*H*W = 204,800
+    values came out 1e-4 off, and its backward magnifies that): the trailing reduction loops whose
+    extent reaches about sqrt(n) sum into a fresh partial, added to the total once per outer
+    iteration, so the error is ~(n / m + m) ulps for an inner extent m."""
+    if kernel.reduce_op != "sum" or op_class(acc_compute) != "f" or len(kernel.reduce_shape) < 2:
+        return None
+    total = int(np.prod(kernel.reduce_shape))
+    if total < PARTIAL_SUM_MIN:
+        return None
+    inner = 1
+    for depth in reversed(range(1, len(kernel.reduce_shape))):
+        inner *= kernel.reduce_shape[depth]
+        if inner * inner >= total:
+            return depth
+    return 1
 
 
 MAX_ROW = 1 << 14  # the reduce-outer order keeps one output row of accumulators on the stack
