@@ -533,3 +533,18 @@ def test_unsigned_labels_with_negative_ignore_index(loss):
                         for i in range(2)])
     got = getattr(F, loss)(fg.Tensor(logits), fg.Tensor(labels))
     np.testing.assert_allclose(got.item(), expected, rtol=1e-6)
+
+
+def test_max_pool_gradient_goes_to_the_first_maximum_of_each_window():
+    """As PyTorch's and JAX's max pooling: ties (ReLU zeros after BatchNorm) do not split the gradient."""
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    x[0, 0, 2:, 2:] = [[1.0, 3.0], [3.0, 2.0]]
+    x[0, 0, :2, 2:] = [[-1.0, -1.0], [-1.0, -1.0]]
+    grad = fg.grad(lambda v: F.max_pool2d(v, 2).sum())(fg.Tensor(x)).numpy()[0, 0]
+    expected = np.zeros((4, 4), np.float32)
+    expected[0, 0] = expected[0, 2] = expected[2, 0] = expected[2, 3] = 1.0  # first maximum of each window
+    np.testing.assert_array_equal(grad, expected)
+    # forward mode agrees: the tangent of each window's max is the tangent at its first maximum
+    tangent = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    _, out_tangent = fg.jvp(lambda v: F.max_pool2d(v, 2), (fg.Tensor(x),), (fg.Tensor(tangent),))
+    np.testing.assert_array_equal(out_tangent.numpy()[0, 0], [[0.0, 2.0], [8.0, 11.0]])

@@ -34,6 +34,7 @@ from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import ArrayLike
 from funcgrad.tensor import Tensor, bind
+from funcgrad.transforms.custom import custom_jvp
 
 __all__ = [
     "adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "binary_crossentropy", "binary_crossentropy_with_logits",
@@ -260,8 +261,30 @@ def max_pool2d(x: ArrayLike, kernel_size: IntPair, stride: IntPair | None = None
                                                                 "max_pool2d")
     low = -np.inf if dtypes.is_float(x.dtype) else dtypes.iinfo(x.dtype).min
     x = _pad_spatial(x, ((pads[0], pads[0]), (pads[1], pads[1])), low)
-    out = fnp.max(_windows(x, kernel, strides, dilations), axis=(-4, -2))
+    out = _window_max(_windows(x, kernel, strides, dilations))
     return out[0] if unbatched else out
+
+
+@custom_jvp
+def _window_max(windows: Tensor) -> Tensor:
+    """The maximum over the (KH, KW) axes (-4, -2) of a window view. Its derivative goes to the first
+    maximum of each window (row-major in (kh, kw)), as PyTorch's and JAX's max pooling route it, not
+    split among ties as ``fnp.max``'s (ties are common: ReLU zeros pass through BatchNorm unchanged)."""
+    return fnp.max(windows, axis=(-4, -2))
+
+
+@_window_max.defjvp
+def _window_max_jvp(primals: tuple[Tensor], tangents: tuple[Tensor]) -> tuple[Tensor, Tensor]:
+    (windows,), (tangent,) = primals, tangents
+    out = _window_max(windows)
+    kh, oh, kw, ow = windows.shape[-4:]
+    order = (fnp.arange(kh, dtype=dtypes.int32).reshape(kh, 1, 1, 1) * kw
+             + fnp.arange(kw, dtype=dtypes.int32).reshape(1, 1, kw, 1))
+    spread = out.reshape(out.shape[:-2] + (1, oh, 1, ow))
+    candidates = fnp.where(windows == spread, order, kh * kw)
+    first = fnp.min(candidates, axis=(-4, -2), keepdims=True)
+    picked = (order == first).astype(tangent.dtype)
+    return out, fnp.sum(tangent * picked, axis=(-4, -2))
 
 
 def avg_pool2d(x: ArrayLike, kernel_size: IntPair, stride: IntPair | None = None, padding: IntPair = 0,
@@ -413,7 +436,8 @@ def batch_norm(x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayL
             raise ValueError(f"{name}: training needs more than one value per channel, got input of shape "
                              f"{x.shape}")
         mean = fnp.mean(x, axis=axes)
-        variance = fnp.mean(fnp.square(x - _channel_vector(mean, channels, name, "mean", x.ndim)), axis=axes)
+        centered = x - _channel_vector(mean, channels, name, "mean", x.ndim)
+        variance = fnp.mean(fnp.square(centered), axis=axes)
         new_mean, new_var = mean_in, var_in
         if mean_in is not None and var_in is not None:
             new_mean = (1 - momentum) * mean_in + momentum * mean
@@ -422,14 +446,15 @@ def batch_norm(x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayL
         if mean_in is None or var_in is None:
             raise ValueError(f"{name}: eval mode (training=False) needs running_mean and running_var")
         mean, variance, new_mean, new_var = mean_in, var_in, mean_in, var_in
+        centered = x - _channel_vector(mean, channels, name, "mean", x.ndim)
+    # (x - mean) * scale, not x * scale - mean * scale: the gradient of the scale is then one sum of
+    # dy * (x - mean), not the difference of two large sums (which lost percents in float32)
     scale = fnp.rsqrt(variance + eps)
     if weight is not None:
         scale = scale * _check_shape(weight, (channels,), name, "weight")
-    shift = -mean * scale
+    y = centered * _channel_vector(scale, channels, name, "scale", x.ndim)
     if bias is not None:
-        shift = shift + _check_shape(bias, (channels,), name, "bias")
-    y = x * _channel_vector(scale, channels, name, "scale", x.ndim) + _channel_vector(shift, channels, name,
-                                                                                       "shift", x.ndim)
+        y = y + _channel_vector(_check_shape(bias, (channels,), name, "bias"), channels, name, "bias", x.ndim)
     return y, new_mean, new_var
 
 
