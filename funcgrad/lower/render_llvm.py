@@ -708,10 +708,13 @@ def _render_reduce_outer(builder: _FunctionBuilder, kernel: Kernel, global_vars:
     block = ROW_BLOCK if len(global_vars) >= 2 else 1
     mid = global_vars[-2] if block > 1 else None
     acc_type = value_type(acc_compute)
+    partial = partial_sum_split(kernel, acc_compute) is not None
     for row in range(block):  # one alloca per row: distinct objects, so the vectorizer sees no aliasing
         builder.emit(f"%row{row} = alloca [{size} x {acc_type}]")
+        if partial:
+            builder.emit(f"%part{row} = alloca [{size} x {acc_type}]")
     for rows in {block, 1}:
-        for phase in ("init", "acc", "out"):
+        for phase in ("init", "acc", "out") + (("pinit", "fold") if partial else ()):
             builder.emit(f"%{last}.{phase}{rows}.addr = alloca i64")
         for name in reduce_vars:  # each block has its own reduction loops
             builder.emit(f"%{name}.{rows}.addr = alloca i64")
@@ -752,9 +755,14 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
     saved = dict(builder.cache)
     global_vars = [f"g{i}" for i in range(len(kernel.shape))]
 
-    def slot(loop: str, row: int) -> str:
-        return builder.instantiate("{out} = getelementptr inbounds [" + str(size) + " x {t}], ptr %row" + str(row)
-                                   + ", i64 0, i64 {i}", t=acc_type, i=f"%{loop}")
+    def slot(loop: str, row: int, array: str = "row") -> str:
+        return builder.instantiate("{out} = getelementptr inbounds [" + str(size) + " x {t}], ptr %" + array
+                                   + str(row) + ", i64 0, i64 {i}", t=acc_type, i=f"%{loop}")
+
+    # a long float sum adds the trailing reduction loops into a partial row, folded into the total
+    # row once per outer iteration (see partial_sum_split)
+    split = partial_sum_split(kernel, acc_compute)
+    target = "row" if split is None else "part"
 
     init = f"{last}.init{rows}"
     builder.open_loop(init, low, high)
@@ -762,7 +770,13 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
         builder.emit(f"store {acc_type} {identity}, ptr {slot(init, row)}")
     builder.close_loop(init)
 
-    for name, extent in zip(reduce_vars, kernel.reduce_shape):
+    for depth, (name, extent) in enumerate(zip(reduce_vars, kernel.reduce_shape)):
+        if depth == split:
+            reset = f"{last}.pinit{rows}"
+            builder.open_loop(reset, low, high)
+            for row in range(rows):
+                builder.emit(f"store {acc_type} {identity}, ptr {slot(reset, row, 'part')}")
+            builder.close_loop(reset)
         builder.open_loop(f"{name}.{rows}", "0", str(extent))
         builder.var_names[name] = f"{name}.{rows}"
     inner = f"{last}.acc{rows}"
@@ -772,7 +786,7 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
         value = builder.value(substitute(kernel.reduce_expr, mid, row) if mid is not None else kernel.reduce_expr)
         if op_class(acc_dtype) == "h":
             value = builder.extend_to_float(value, acc_dtype)
-        pointer = slot(inner, row)
+        pointer = slot(inner, row, target)
         old = builder.instantiate("{out} = load {t}, ptr {p}", t=acc_type, p=pointer)
         if op_class(acc_compute) == "f" and alu in REASSOCIATE:
             new = builder.instantiate(REASSOCIATE[alu], t=acc_type, x=old, y=value)
@@ -784,9 +798,20 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
     # the reduction loops stay scalar, and a row that is not whole vectors stays a vectorised loop
     short = size < SHORT_ROW and size % 16 != 0
     builder.close_loop(inner, hints=("vectorize", "no_unroll") if short else ())
-    for name in reversed(reduce_vars):
+    for depth in reversed(range(len(reduce_vars))):
+        name = reduce_vars[depth]
         builder.close_loop(f"{name}.{rows}", hints=("no_vectorize",))
         del builder.var_names[name]
+        if depth == split:
+            fold = f"{last}.fold{rows}"
+            builder.open_loop(fold, low, high)
+            for row in range(rows):
+                total_slot, part_slot = slot(fold, row), slot(fold, row, "part")
+                total = builder.instantiate("{out} = load {t}, ptr {p}", t=acc_type, p=total_slot)
+                part = builder.instantiate("{out} = load {t}, ptr {p}", t=acc_type, p=part_slot)
+                summed = builder.instantiate(REASSOCIATE["add"], t=acc_type, x=total, y=part)
+                builder.emit(f"store {acc_type} {summed}, ptr {total_slot}")
+            builder.close_loop(fold)
     builder.cache = dict(saved)
 
     out = f"{last}.out{rows}"

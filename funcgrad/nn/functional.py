@@ -34,7 +34,6 @@ from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import ArrayLike
 from funcgrad.tensor import Tensor, bind
-from funcgrad.transforms.custom import custom_jvp
 
 __all__ = [
     "adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "binary_crossentropy", "binary_crossentropy_with_logits",
@@ -261,30 +260,8 @@ def max_pool2d(x: ArrayLike, kernel_size: IntPair, stride: IntPair | None = None
                                                                 "max_pool2d")
     low = -np.inf if dtypes.is_float(x.dtype) else dtypes.iinfo(x.dtype).min
     x = _pad_spatial(x, ((pads[0], pads[0]), (pads[1], pads[1])), low)
-    out = _window_max(_windows(x, kernel, strides, dilations))
+    out = fnp.max(_windows(x, kernel, strides, dilations), axis=(-4, -2))
     return out[0] if unbatched else out
-
-
-@custom_jvp
-def _window_max(windows: Tensor) -> Tensor:
-    """The maximum over the (KH, KW) axes (-4, -2) of a window view. Its derivative goes to the first
-    maximum of each window (row-major in (kh, kw)), as PyTorch's and JAX's max pooling route it, not
-    split among ties as ``fnp.max``'s (ties are common: ReLU zeros pass through BatchNorm unchanged)."""
-    return fnp.max(windows, axis=(-4, -2))
-
-
-@_window_max.defjvp
-def _window_max_jvp(primals: tuple[Tensor], tangents: tuple[Tensor]) -> tuple[Tensor, Tensor]:
-    (windows,), (tangent,) = primals, tangents
-    out = _window_max(windows)
-    kh, oh, kw, ow = windows.shape[-4:]
-    order = (fnp.arange(kh, dtype=dtypes.int32).reshape(kh, 1, 1, 1) * kw
-             + fnp.arange(kw, dtype=dtypes.int32).reshape(1, 1, kw, 1))
-    spread = out.reshape(out.shape[:-2] + (1, oh, 1, ow))
-    candidates = fnp.where(windows == spread, order, kh * kw)
-    first = fnp.min(candidates, axis=(-4, -2), keepdims=True)
-    picked = (order == first).astype(tangent.dtype)
-    return out, fnp.sum(tangent * picked, axis=(-4, -2))
 
 
 def avg_pool2d(x: ArrayLike, kernel_size: IntPair, stride: IntPair | None = None, padding: IntPair = 0,
