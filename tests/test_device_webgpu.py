@@ -299,31 +299,7 @@ def test_mlp_gradient_under_jit_matches_cpu(device: webgpu.WebGPUDevice) -> None
         np.testing.assert_allclose(grads[name].numpy(), want_grads[name].numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def test_plans_keep_intermediates_on_the_device(device: webgpu.WebGPUDevice, monkeypatch: pytest.MonkeyPatch) -> None:
-    from funcgrad.ir.core import IR
-    from funcgrad.ir.interpreter import eval_ir
-    from funcgrad.lower.plan import Plan
-
-    ir = fg.make_ir(lambda a: fnp.exp(a).sum(axis=1) * 2 + a.max(axis=1))(np.ones((3, 4), np.float32))
-    plan = Plan(IR(tuple(ir.const_vars) + tuple(ir.in_vars), ir.eqns, ir.outputs), device)
-    assert len(plan.kernels) >= 2
-    moved = {"up": 0, "down": 0}
-    upload, download = device.upload, device.download
-
-    def counting_upload(array: np.ndarray) -> webgpu.GPUArray:
-        moved["up"] += 1
-        return upload(array)
-
-    def counting_download(buffer: webgpu.GPUArray, aval: object) -> np.ndarray:
-        moved["down"] += 1
-        return download(buffer, aval)
-
-    monkeypatch.setattr(device, "upload", counting_upload)
-    monkeypatch.setattr(device, "download", counting_download)
-    x = np.random.default_rng(2).normal(size=(3, 4)).astype(np.float32)
-    (got,) = plan.run([x])
-    assert moved == {"up": 1, "down": 1}  # the input in once, the result out once
-    np.testing.assert_allclose(got, eval_ir(ir, [x])[0], rtol=1e-5)
+# (residency of plans: tests/test_devices.py, on every resident device)
 
 
 # --- limits and errors ------------------------------------------------------------------------------
