@@ -53,6 +53,27 @@ def dtype_class(dtype: np.dtype) -> str:
     return {"i": "s", "u": "u", "f": "f"}[dtype.kind]
 
 
+OPT_ACTIONS = ("reorder", "upcast", "tile", "pad", "unroll", "vectorize", "thread", "split")
+
+
+@attrs.frozen
+class Opt:
+    """One named optimisation action on a kernel's loop nest; a kernel's ``opts`` is a tuple of them,
+    chosen by ``funcgrad.lower.optimize`` (heuristics, or a ``BEAM`` search) and obeyed by the renderer.
+    ``axis`` counts global axes for upcast/tile/pad/thread and reduction loops for unroll/split."""
+
+    action: str
+    axis: int = 0
+    amount: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.action not in OPT_ACTIONS:
+            raise ValueError(f"unknown kernel optimisation {self.action!r}; the actions are {', '.join(OPT_ACTIONS)}")
+
+    def __str__(self) -> str:
+        return f"{self.action}({self.axis}, {self.amount})"
+
+
 @attrs.frozen(cache_hash=True)
 class KExpr:
     """One node of a kernel expression. ``op`` is 'const', 'var', 'load', 'acc', 'where', 'cast',
@@ -172,6 +193,7 @@ class Kernel:
     reduce_shape: tuple[int, ...] = ()
     reduce_op: str | None = None
     reduce_expr: KExpr | None = None
+    opts: tuple[Opt, ...] | None = None  # None: not optimised yet (the renderer applies the heuristics)
 
     def __attrs_post_init__(self) -> None:
         for aval in self.out_avals:
