@@ -93,6 +93,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--devices", default=None,
                      help="comma-separated devices for the tests that take a `device_name` (default: every "
                           "registered device but REFERENCE; an unavailable one is skipped with its reason)")
+    parser.addoption("--update-replay", action="store_true", default=False,
+                     help="rewrite the kernel replay recordings under tests/replay/ (tests/test_replay.py) "
+                          "instead of comparing with them, and remove those of programs no longer in the corpus")
 
 
 def selected_devices(config: pytest.Config) -> list[str]:
