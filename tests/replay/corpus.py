@@ -118,6 +118,12 @@ def reduce_max_min(x: Tensor) -> tuple[Tensor, ...]:
     return fnp.max(x, axis=1), fnp.min(x, axis=0), fnp.max(x)
 
 
+@program(floats((16, 8, 16, 16)))
+def long_float_sum(x: Tensor) -> Tensor:
+    """4096 values per channel over three loops: the CPU renderer's partial sums."""
+    return fnp.sum(x, axis=(0, 2, 3))
+
+
 @program(floats((6, 10)))
 def reduce_prod_mean_var(x: Tensor) -> tuple[Tensor, ...]:
     return fnp.prod(x, axis=1), fnp.mean(x, axis=0), fnp.var(x, axis=1)
@@ -130,6 +136,12 @@ def reduce_any_all(x: Tensor) -> tuple[Tensor, Tensor]:
 
 @program(floats((32, 32), (32, 32)))
 def matmul_square(a: Tensor, b: Tensor) -> Tensor:
+    return a @ b
+
+
+@program(floats((256, 256), (256, 256)))
+def matmul_large(a: Tensor, b: Tensor) -> Tensor:
+    """Big enough for the CPU's blocked / threaded matmul paths."""
     return a @ b
 
 
