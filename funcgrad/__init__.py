@@ -27,13 +27,15 @@ from funcgrad.transforms import (
 from funcgrad import lax
 from funcgrad import nn
 from funcgrad import datasets
+from funcgrad import config  # fg.config.update("debug_nans", True), as jax.config
+from funcgrad.nan_check import debug_infs, debug_nans
 
 remat = checkpoint
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Array", "ConcretizationError", "Device", "device_put", "devices",
+    "Array", "ConcretizationError", "Device", "config", "debug_infs", "debug_nans", "device_put", "devices",
     "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
     "checkpoint", "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
     "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",

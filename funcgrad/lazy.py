@@ -25,6 +25,7 @@ from funcgrad.devices import Device
 from funcgrad.ir.core import IR, Eqn, ShapedArray, Var
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.ir.primitives import Primitive
+from funcgrad.nan_check import carry_source
 
 
 class DeviceMismatchError(ValueError):
@@ -137,6 +138,7 @@ def graph_to_ir(targets: Sequence[LazyBuffer]) -> tuple[IR, list[LazyBuffer]]:
             if buffer is not None:
                 keep_alive.append(buffer)
                 var_of[id(buffer)] = var
+                carry_source(buffer, var)  # debug_nans: the line that made the buffer
         eqns.append(Eqn(op.primitive, ins, op.params, outs))
     outputs = [var_for(t) if t.realized else var_of[id(t)] for t in targets]
     return IR(in_vars, eqns, outputs), inputs

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from funcgrad import config as _config
 from funcgrad.devices import Device, canonical_name, get_device
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive
 from funcgrad.ir.tracing import ConcretizationError, IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.lazy import LazyBuffer, realize
+from funcgrad.nan_check import record_sources
 
 
 def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
@@ -298,6 +300,8 @@ def bind(primitive: Primitive, *operands: Any, **params: Any) -> Any:
         data: Sequence[Any] = LazyBuffer.pending(primitive, params, [_lazy_for(x) for x in operands], avals)
     else:
         data = builder.add_eqn(primitive, [_atom_for(builder, x) for x in operands], params, avals)
+    if _config.active:  # debug_nans / debug_infs: remember the user's line of every value
+        record_sources(data)
     outs = tuple(Tensor._wrap(d) for d in data)
     return outs if primitive.multiple_results else outs[0]
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import attrs
 import numpy as np
 
+from funcgrad import nan_check
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Literal
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
@@ -119,6 +120,7 @@ class Plan:
         for var, value in zip(self.ir.in_vars, args):
             env[var.id] = np.asarray(value)
         level = debug_level()
+        checks = nan_check.active_checks()  # FUNCGRAD_DEBUG_NANS / _INFS: () when off
         for position, step in enumerate(self.steps):
             started = time.perf_counter() if level >= 2 else 0.0
             rates = ""
@@ -136,6 +138,8 @@ class Plan:
                     rates = f" {moved / seconds / 1e9:8.2f} GB/s {flops / seconds / 1e9:8.2f} GFLOP/s"
             else:
                 label = _run_host(step, env)
+            if checks:
+                nan_check.check_step(self.ir, step, lambda var: env[var.id], checks)
             for var_id in self.release_after[position]:  # intermediates nobody reads again
                 env.pop(var_id, None)
             if level >= 2:
@@ -170,6 +174,7 @@ class Plan:
             return host[var_id]
 
         level = debug_level()
+        checks = nan_check.active_checks()
         for position, step in enumerate(self.steps):
             started = time.perf_counter() if level >= 2 else 0.0
             if isinstance(step, KernelStep):
@@ -183,6 +188,8 @@ class Plan:
                     if not isinstance(atom, Literal):
                         to_host(atom.id)
                 label = _run_host(step, host)
+            if checks:
+                nan_check.check_step(self.ir, step, lambda var: to_host(var.id), checks)
             for var_id in self.release_after[position]:
                 host.pop(var_id, None)
                 on_device.pop(var_id, None)
@@ -263,6 +270,8 @@ def compile_plan(ir: IR, device: Device) -> Plan:
 
     The plan's IR has no consts: pass them as leading inputs (``IR`` with consts are opened).
     """
+    if nan_check.active_checks():  # a cached plan's IR holds another graph's source lines
+        return Plan(ir, device)
     key = (device.name, structure_key(ir))
     plan = _PLANS.get(key)
     if plan is None:

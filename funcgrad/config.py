@@ -1,0 +1,103 @@
+"""Run-time options, like ``jax.config``: ``fg.config.update("debug_nans", True)``.
+
+Each option also has an environment variable, read on every use (so a notebook or a test can
+change it at run time); a value set with ``update`` or ``override`` wins over the variable.
+
+>>> import funcgrad as fg
+>>> fg.config.update("debug_nans", True); fg.config.debug_nans
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+# option name -> (environment variable, what it does)
+OPTIONS: dict[str, tuple[str, str]] = {
+    "debug_nans": ("FUNCGRAD_DEBUG_NANS", "raise FloatingPointError at the first step that produces a NaN"),
+    "debug_infs": ("FUNCGRAD_DEBUG_INFS", "raise FloatingPointError at the first step that produces an inf"),
+}
+
+
+def _env_flag(variable: str) -> bool:
+    return os.environ.get(variable, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+class Config:
+    """The option values: ``config.debug_nans``; set with ``update`` or, for a block, ``override``."""
+
+    def __init__(self) -> None:
+        self._set: dict[str, bool] = {}
+
+    def _check(self, name: str) -> str:
+        name = name.removeprefix("jax_")  # jax.config spells them jax_debug_nans
+        if name not in OPTIONS:
+            raise AttributeError(f"funcgrad has no option {name!r}; options: {', '.join(sorted(OPTIONS))}")
+        return name
+
+    def __getattr__(self, name: str) -> bool:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        name = self._check(name)
+        value = self._set.get(name)
+        return _env_flag(OPTIONS[name][0]) if value is None else value
+
+    def update(self, name: str, value: bool | None) -> None:
+        """Set option ``name``; ``None`` goes back to its environment variable."""
+        name = self._check(name)
+        if value is None:
+            self._set.pop(name, None)
+        elif not isinstance(value, bool):
+            raise TypeError(f"config option {name!r} takes True, False or None, got {value!r}")
+        else:
+            self._set[name] = value
+        nonfinite_checks()
+
+    @contextlib.contextmanager
+    def override(self, **values: bool) -> Iterator[None]:
+        """Set options for the body of a ``with`` block. >>> with fg.config.override(debug_nans=True): ..."""
+        names = {self._check(name): value for name, value in values.items()}
+        before = {name: self._set.get(name) for name in names}
+        try:
+            for name, value in names.items():
+                self.update(name, value)
+            yield
+        finally:
+            for name, previous in before.items():
+                self.update(name, previous)
+
+    def __repr__(self) -> str:
+        return "Config(" + ", ".join(f"{name}={getattr(self, name)}" for name in OPTIONS) + ")"
+
+
+config = Config()
+update = config.update
+override = config.override
+
+
+def __getattr__(name: str) -> bool:  # fg.config.debug_nans: this module is the config object's face
+    value: bool = getattr(config, name)
+    return value
+
+
+def nonfinite_checks() -> tuple[str, ...]:
+    """What each step is checked for now: ``()``, ``("NaN",)``, ``("inf",)`` or both. Every plan run
+    reads it (so the environment variables count from the next run on) and stores it in ``active``."""
+    global active
+    values = config._set
+    nans = values.get("debug_nans")
+    infs = values.get("debug_infs")
+    if nans is None:
+        nans = _env_flag(OPTIONS["debug_nans"][0])
+    if infs is None:
+        infs = _env_flag(OPTIONS["debug_infs"][0])
+    active = ("NaN",) * nans + ("inf",) * infs
+    return active
+
+
+# the checks as last read: what ``bind`` tests per operation (an attribute read, where the
+# environment lookup would cost ~1 us); refreshed by every plan run and every ``update``
+active: tuple[str, ...] = ()
+nonfinite_checks()
