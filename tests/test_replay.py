@@ -134,3 +134,13 @@ def test_rendering_is_the_same_in_another_process() -> None:
                             capture_output=True, text=True, env=env, timeout=120, check=True)
     there = dict(reversed(line.split("  ")) for line in result.stdout.splitlines())
     assert there == here
+
+
+def test_the_cpu_thread_count_is_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The optimiser's thread opt counts cores; the recordings use RECORDED_CPU_THREADS instead, so they
+    read the same on a 2-core and a 16-core machine."""
+    pytest.importorskip("funcgrad.lower.optimize")
+    from replay import record
+    monkeypatch.setattr(record, "RECORDED_CPU_THREADS", 3)
+    opts = [line for line in record.render_recording("matmul_large", "CPU").splitlines() if "opts:" in line]
+    assert opts and all("thread(0, 3)" in line for line in opts), opts

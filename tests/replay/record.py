@@ -43,8 +43,8 @@ WGSL_MAX_BUFFERS = 8
 
 
 def optimize_for_cpu(kernel: Kernel) -> Kernel:
-    """The kernel with the opts the CPU device would choose by default (no BEAM search: its timings
-    are not reproducible). Unchanged while funcgrad has no kernel optimiser."""
+    """The kernel with the opts the CPU device chooses by default: the heuristics (a BEAM search or
+    its stored choices depend on this machine's timings). Unchanged if funcgrad has no optimiser."""
     try:
         optimize = importlib.import_module("funcgrad.lower.optimize")
     except ModuleNotFoundError:
@@ -88,13 +88,23 @@ RENDERERS = {r.device: r for r in (
 )}
 
 
+# The CPU optimiser's thread opt counts this machine's cores; the recordings assume this many, so
+# they read the same on every machine (the thread count changes no source, only the opts line).
+RECORDED_CPU_THREADS = 2
+
+
 @contextmanager
 def reproducible_environment() -> Iterator[None]:
-    """No BEAM search and no DEBUG printing while rendering: the recordings are the default path."""
+    """No BEAM search, no DEBUG printing and a fixed CPU thread count while rendering: the recordings
+    are the default path, the same on every machine."""
+    from funcgrad.devices import cpu
     saved = {name: os.environ.pop(name, None) for name in ("BEAM", "DEBUG")}
+    saved_thread_count = cpu.thread_count
+    cpu.thread_count = lambda: RECORDED_CPU_THREADS
     try:
         yield
     finally:
+        cpu.thread_count = saved_thread_count
         os.environ.update({name: value for name, value in saved.items() if value is not None})
 
 
@@ -126,6 +136,7 @@ def render_recording(name: str, device: str) -> str:
     lines = [f"# kernel replay: program {name} on {device}, {renderer.language}",
              f"# {len(kernels)} kernels, {len(steps) - len(kernels)} host steps; regenerate with {UPDATE_HINT}",
              "# steps: " + ", ".join(step_label(step) for step in steps), ""]
+    first_with_source: dict[str, int] = {}
     with reproducible_environment():
         for position, kernel in enumerate(kernels):
             lines.append(f"=== kernel {position}: {kernel.name}")
@@ -138,7 +149,12 @@ def render_recording(name: str, device: str) -> str:
             if rendered.opts is not None and "opts:" not in str(rendered):
                 lines.append("  opts: " + " ".join(str(opt) for opt in rendered.opts))
             source_lines = source.rstrip("\n").split("\n")
-            lines.append(f"--- source: {len(source_lines)} lines, sha256 {hashlib.sha256(source.encode()).hexdigest()}")
+            digest = hashlib.sha256(source.encode()).hexdigest()
+            lines.append(f"--- source: {len(source_lines)} lines, sha256 {digest}")
+            if digest in first_with_source:  # a kernel computed twice (forward values in a backward pass)
+                lines += [f"(the same source as kernel {first_with_source[digest]})", ""]
+                continue
+            first_with_source[digest] = position
             lines += source_lines
             lines.append("")
     return "\n".join(lines)
