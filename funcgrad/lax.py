@@ -183,7 +183,11 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
         count = max(int(upper) - int(lower), 0)
 
         def step(carry: Any, i: Any) -> tuple[Any, None]:
-            return body_fun(i, carry), None
+            new_carry = body_fun(i, carry)
+            if tree.structure(new_carry) != tree.structure(carry):  # else scan's error would name scan
+                raise TypeError(f"fori_loop: body_fun must return a carry of the same structure as init_val: "
+                                f"got {tree.structure(new_carry)}, expected {tree.structure(carry)}")
+            return new_carry, None
         from funcgrad.numpy import arange
         if count == 0:
             return init_val

@@ -17,6 +17,8 @@ where it was created. This module knows nothing of Tensor: the array layer wraps
 from __future__ import annotations
 
 import contextlib
+import os
+import sysconfig
 import threading
 import traceback
 from collections.abc import Iterator, Sequence
@@ -40,10 +42,16 @@ class EscapedTracerError(TracerError):
     """A traced value was used after the transformation that created it had finished."""
 
 
+_STDLIB = os.path.normcase(sysconfig.get_paths()["stdlib"])
+
+
 def _user_frame() -> str:
-    """The innermost stack frame outside funcgrad, as 'file:line (function)'."""
+    """The innermost stack frame outside funcgrad and the standard library (contextlib, functools),
+    as 'file:line (function)'."""
     for frame in reversed(traceback.extract_stack()):
-        if "/funcgrad/" not in frame.filename.replace("\\", "/"):
+        path = frame.filename.replace("\\", "/")
+        in_stdlib = os.path.normcase(frame.filename).startswith(_STDLIB) and "-packages/" not in path
+        if "/funcgrad/" not in path and not in_stdlib:
             return f"{frame.filename}:{frame.lineno} ({frame.name})"
     return "<unknown>"
 

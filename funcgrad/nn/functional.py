@@ -556,6 +556,12 @@ def _class_losses(log_probs: Tensor, labels: Tensor, label_smoothing: float, ign
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{name}: label_smoothing must be in [0, 1], got {label_smoothing}")
     classes = log_probs.shape[-1]
+    if not labels.is_traced:  # concrete labels are checked, as PyTorch does; traced ones cannot be (as in JAX)
+        values = labels.numpy()
+        bad = (values != ignore_index) & ((values < 0) | (values >= classes))
+        if bad.any():
+            raise IndexError(f"{name}: label {values[bad].flat[0]} is out of range for {classes} classes (labels "
+                             f"must be in [0, {classes}) or equal ignore_index={ignore_index})")
     one_hot = (fnp.expand_dims(labels, -1) == fnp.arange(classes)).astype(log_probs.dtype)
     picked = fnp.sum(one_hot * log_probs, axis=-1)
     losses = -(1.0 - label_smoothing) * picked

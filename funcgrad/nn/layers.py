@@ -46,10 +46,12 @@ def _positive_ints(layer: str, **values: Any) -> None:
             raise ValueError(f"{layer}: {name} must be a positive int, got {value!r}")
 
 
-def _pair(layer: str, name: str, value: int | Sequence[int]) -> tuple[int, int]:
+def _pair(layer: str, name: str, value: int | Sequence[int], minimum: int = 1) -> tuple[int, int]:
     pair = (value, value) if isinstance(value, int) else tuple(value)
     if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
         raise ValueError(f"{layer}: {name} must be an int or a pair of ints, got {value!r}")
+    if min(pair) < minimum:
+        raise ValueError(f"{layer}: {name} must be >= {minimum}, got {value!r}")
     return pair[0], pair[1]
 
 
@@ -106,7 +108,7 @@ class Conv2d(Module):
                 raise ValueError(f"Conv2d: padding must be an int, a pair, 'same' or 'valid', got {padding!r}")
             self.padding: tuple[int, int] | str = padding
         else:
-            self.padding = _pair("Conv2d", "padding", padding)
+            self.padding = _pair("Conv2d", "padding", padding, minimum=0)
         weight_key, bias_key = _keys(key, 2)
         shape = (out_channels, in_channels // groups, *self.kernel_size)
         self.weight = _parameter(init.kaiming_uniform(shape, a=math.sqrt(5), key=weight_key))
@@ -437,7 +439,7 @@ class _Pool2d(Module):
         name = type(self).__name__
         self.kernel_size = _pair(name, "kernel_size", kernel_size)
         self.stride = self.kernel_size if stride is None else _pair(name, "stride", stride)
-        self.padding = _pair(name, "padding", padding)
+        self.padding = _pair(name, "padding", padding, minimum=0)
 
     def _checked(self, x: Any) -> Tensor:
         x = _as_tensor(x)

@@ -139,6 +139,10 @@ def _check_hyperparameters(name: str, lr: Any, **values: float) -> None:
             raise ValueError(f"{name}: {key} must be a number {bounds}, got {value!r}")
 
 
+def _shape_of(value: Any) -> tuple[int, ...]:
+    return tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+
+
 def _learning_rate(lr: LearningRate, count: Tensor) -> Any:
     return lr(count) if callable(lr) else lr
 
@@ -178,9 +182,15 @@ class FunctionalOptimizer:
         if not isinstance(state, OptState):
             raise TypeError(f"optim.{self.name}.update: state must be the OptState from init(), "
                             f"got {type(state).__name__}")
+        param_shapes = [_shape_of(p) for p in param_leaves]
+        for i, (g, shape) in enumerate(zip(grad_leaves, param_shapes)):
+            if _shape_of(g) != shape:
+                raise ValueError(f"optim.{self.name}.update: gradient {i} has shape {_shape_of(g)} but its "
+                                 f"parameter has shape {shape}")
         slot_leaves = [tree.leaves(s) for s in state.slots]
-        if any(len(s) != len(param_leaves) for s in slot_leaves):
-            raise ValueError(f"optim.{self.name}.update: the state was made by init() for other params")
+        if any([_shape_of(x) for x in s] != param_shapes for s in slot_leaves):
+            raise ValueError(f"optim.{self.name}.update: the state was made by init() for other params "
+                             "(a different number of leaves or other shapes); call init(params) again")
         lr = _learning_rate(self.lr, state.steps)
         step = (state.steps + 1).astype(dtypes.float32)
         new_params, new_slots = [], []

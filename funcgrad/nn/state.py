@@ -217,6 +217,8 @@ def safe_save(state_dict: Mapping[str, Any], path: PathLike, metadata: Mapping[s
     header, arrays = _encode(state_dict, metadata)
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # else mkstemp's error would name a temporary file the user never chose
+        raise FileNotFoundError(f"safe_save: the folder {folder!r} of {path!r} does not exist; create it first")
     fd, temp_path = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:

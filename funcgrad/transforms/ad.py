@@ -93,7 +93,8 @@ class _Linearized:
         ir, out_tree, values = trace_function(fn, primals, label)
         if has_aux:
             if out_tree.num_leaves == 0 or not _is_pair(out_tree):
-                raise TypeError(f"{label} with has_aux=True needs the function to return a pair (output, aux)")
+                raise TypeError(f"{label} with has_aux=True needs the function to return a pair (output, aux), "
+                                f"got {out_tree}")
             out_tree, self.aux_tree = out_tree.children()
             n_main = out_tree.num_leaves
         else:
