@@ -16,9 +16,19 @@ from pathlib import Path
 
 import pytest
 from replay.corpus import PROGRAMS
-from replay.record import RECORDINGS, RENDERERS, UPDATE_HINT, recording_path, render_recording
+from replay.record import (
+    RECORDED_CPU_THREADS,
+    RECORDINGS,
+    RENDERERS,
+    UPDATE_HINT,
+    program_steps,
+    recording_path,
+    render_recording,
+)
 
 import funcgrad as fg
+from funcgrad.devices import cpu
+from funcgrad.lower.schedule import KernelStep
 
 MAX_DIFF_LINES = 200
 
@@ -144,3 +154,19 @@ def test_the_cpu_thread_count_is_pinned(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(record, "RECORDED_CPU_THREADS", 3)
     opts = [line for line in record.render_recording("matmul_large", "CPU").splitlines() if "opts:" in line]
     assert opts and all("thread(0, 3)" in line for line in opts), opts
+
+
+@pytest.mark.parametrize("name", ["softmax", "matmul_large", "beautiful_mnist_eval"])
+def test_cpu_recordings_hold_what_the_cpu_device_compiles(name: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU device's own render path (optimiser, then render_llvm) gives the recorded sources, with
+    no BEAM choice stored (an empty cache folder) and the recorded thread count."""
+    monkeypatch.delenv("BEAM", raising=False)
+    monkeypatch.setenv("FUNCGRAD_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu, "thread_count", lambda: RECORDED_CPU_THREADS)
+    device = cpu.CPUDevice(tmp_path)
+    compiled_digests = [hashlib.sha256(device.render(step.kernel).encode()).hexdigest()
+                        for step in program_steps(name) if isinstance(step, KernelStep)]
+    recorded_digests = [line.rsplit(" ", 1)[1] for line in render_recording(name, "CPU").splitlines()
+                        if line.startswith("--- source:")]
+    assert recorded_digests == compiled_digests
