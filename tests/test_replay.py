@@ -28,6 +28,7 @@ from replay.record import (
 
 import funcgrad as fg
 from funcgrad.devices import cpu
+from funcgrad.lower.plan import Plan, ReferenceDevice
 from funcgrad.lower.schedule import KernelStep
 
 MAX_DIFF_LINES = 200
@@ -170,3 +171,11 @@ def test_cpu_recordings_hold_what_the_cpu_device_compiles(name: str, tmp_path: P
     recorded_digests = [line.rsplit(" ", 1)[1] for line in render_recording(name, "CPU").splitlines()
                         if line.startswith("--- source:")]
     assert recorded_digests == compiled_digests
+
+
+@pytest.mark.parametrize("name", ["softmax", "mlp_grad", "beautiful_mnist_train_step"])
+def test_the_replay_schedules_as_a_jit_plan_does(name: str) -> None:
+    """The recorded kernels are the ones a jit call's plan runs (same IR, same scheduling)."""
+    entry = PROGRAMS[name]
+    plan = Plan(fg.jit(entry.fn).lower(*entry.make_args()).ir, ReferenceDevice())
+    assert plan.kernels == [step.kernel for step in program_steps(name) if isinstance(step, KernelStep)]
