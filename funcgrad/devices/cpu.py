@@ -38,6 +38,7 @@ import numpy as np
 
 from funcgrad.debug import debug_level
 from funcgrad.lower.kernel import Kernel, KExpr
+from funcgrad.lower.optimize import optimize
 from funcgrad.lower.render_llvm import external_symbols, llvm_function_name, render_llvm
 
 __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PARALLEL_MIN_WORK"]
@@ -154,6 +155,11 @@ def host_target() -> _HostTarget:
 _LIVE_ENGINES: list[llvm.ExecutionEngine] = []  # never dropped: their code may run at any time
 
 
+def keep_engine(engine: llvm.ExecutionEngine) -> None:
+    """Keep an execution engine alive for the life of the process (BEAM's candidates use this)."""
+    _LIVE_ENGINES.append(engine)
+
+
 # --- the disk cache ----------------------------------------------------------------------------------
 
 class DiskCache:
@@ -267,6 +273,22 @@ def estimated_work(kernel: Kernel) -> int:
     return iterations * max(1, per_iteration)
 
 
+def heuristic_threads(kernel: Kernel) -> int:
+    """Chunks of axis 0 to run in parallel by default (the optimiser's ``thread`` action): one per
+    CPU for work above PARALLEL_MIN_WORK, else 1."""
+    outer = kernel.shape[0] if kernel.shape else 1
+    if estimated_work(kernel) < PARALLEL_MIN_WORK or outer < 2 or thread_count() < 2:
+        return 1
+    return min(thread_count(), outer)
+
+
+def kernel_threads(kernel: Kernel) -> int:
+    """The chunk count a kernel's ``thread`` opt asks for (1 without one); a kernel never optimised
+    gets the optimiser's choice."""
+    opts = kernel.opts if kernel.opts is not None else optimize(kernel).opts
+    return next((opt.amount for opt in opts or () if opt.action == "thread"), 1)
+
+
 class CompiledKernel:
     """A kernel compiled for this CPU; ``compiled(inputs, outputs)`` runs it, writing into the
     preallocated C-contiguous ``outputs``. ``origin`` says where the code came from: 'compiled',
@@ -288,7 +310,8 @@ class CompiledKernel:
         self.size = int(np.prod(kernel.shape))
         self.outer = kernel.shape[0] if kernel.shape else 1
         self.work = estimated_work(kernel)
-        self.parallel = self.work >= PARALLEL_MIN_WORK and self.outer > 1 and thread_count() > 1
+        self.threads = min(kernel_threads(kernel), self.outer)  # chunks of axis 0 (the thread opt)
+        self.parallel = self.threads > 1
         self._expected = [(aval.dtype, int(np.prod(aval.shape))) for aval in (*kernel.out_avals, *kernel.in_avals)]
 
     def __repr__(self) -> str:
@@ -327,7 +350,7 @@ class CompiledKernel:
             self.function(*pointers, 0, self.outer)
             return
         pool = worker_pool()
-        chunks = min(pool.workers + 1, self.outer)
+        chunks = self.threads
         bounds = [self.outer * i // chunks for i in range(chunks + 1)]
         pool.run(self.function, [(*pointers, bounds[i], bounds[i + 1]) for i in range(chunks)])
 
@@ -361,13 +384,18 @@ class CPUDevice:
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
 
     def render(self, kernel: Kernel) -> str:
-        """The kernel's LLVM IR text (what ``compile`` compiles and what DEBUG=4 prints)."""
+        """The kernel's LLVM IR text (what ``compile`` compiles and what DEBUG=4 prints), with the
+        optimiser's opts (``funcgrad.lower.optimize``) unless the kernel has its own."""
         try:
-            return render_llvm(kernel)
+            return render_llvm(optimize(kernel))
         except (ValueError, KeyError, TypeError) as error:
             raise KernelCompileError(f"kernel {kernel.name} cannot be rendered for the CPU: {error}") from error
 
     def compile(self, kernel: Kernel) -> CompiledKernel:
+        try:
+            kernel = optimize(kernel)  # heuristics, a stored BEAM choice, or a search when BEAM is set
+        except ValueError as error:
+            raise KernelCompileError(f"kernel {kernel.name} cannot be optimised for the CPU: {error}") from error
         source = self.render(kernel)
         if debug_level() >= 4:
             print(f"--- LLVM source of kernel {kernel.name} ---\n{source}", file=sys.stderr)

@@ -216,6 +216,8 @@ class Kernel:
         if self.reduce_expr is not None:
             lines.append(f"  acc = {self.reduce_op}(acc, {texts.pop(0)})")
         lines += [f"  out{i}: {a} = {t}" for i, (a, t) in enumerate(zip(self.out_avals, texts))]
+        if self.opts is not None:
+            lines.append("  opts: " + (" ".join(str(opt) for opt in self.opts) or "none"))
         return "\n".join(lines)
 
 

@@ -103,9 +103,9 @@ class Plan:
         self.compiled = {id(step): kernel for step, kernel in zip(kernel_steps, compiled)}
         self.resident = bool(getattr(device, "resident", False))
         self.release_after = _last_uses(self.ir, self.steps)
-        if debug_level() >= 3:
-            for kernel in self.kernels:
-                print(kernel, file=sys.stderr)
+        if debug_level() >= 3:  # a device's compiled kernel carries the optimiser's opts
+            for kernel, done in zip(self.kernels, compiled):
+                print(getattr(done, "kernel", kernel), file=sys.stderr)
 
     def kernel_infos(self) -> list[KernelInfo]:
         render = getattr(self.device, "render", str)

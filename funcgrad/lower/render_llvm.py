@@ -24,7 +24,7 @@ import attrs
 import ml_dtypes
 import numpy as np
 
-from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, dtype_class, flat_index, var
+from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, Opt, dtype_class, flat_index, var
 
 __all__ = ["render_llvm", "llvm_function_name", "LLVM_TYPES"]
 
@@ -372,10 +372,54 @@ def llvm_function_name(kernel: Kernel) -> str:
 
 # --- the renderer ---------------------------------------------------------------------------------
 
-# loop metadata the renderer attaches (``close_loop(..., hints=...)``)
+# loop metadata the renderer attaches (``close_loop(..., hints=...)``); "unroll=k" and "width=w"
+# carry a number (see ``_hint_entry``)
 LOOP_HINTS = {"no_vectorize": '!"llvm.loop.vectorize.enable", i1 false',
               "vectorize": '!"llvm.loop.vectorize.enable", i1 true',
-              "no_unroll": '!"llvm.loop.unroll.disable"'}
+              "no_unroll": '!"llvm.loop.unroll.disable"',
+              "unroll": '!"llvm.loop.unroll.count", i32 {}',
+              "width": '!"llvm.loop.vectorize.width", i32 {}'}
+
+
+def _hint_entry(hint: str) -> str:
+    name, _, number = hint.partition("=")
+    return LOOP_HINTS[name].format(number)
+
+
+@attrs.frozen
+class LoopChoices:
+    """A kernel's opts (``funcgrad.lower.optimize``) as the renderer reads them: ``reorder`` the
+    i-k-j order, ``rows`` output rows per block in it, ``split`` the partial-sum depth, ``unroll``
+    reduction depth -> count, ``vectorize`` the innermost loop's width (None: LLVM decides; 0: a
+    vectorised loop that is not unrolled; 1: scalar)."""
+
+    reorder: bool = False
+    rows: int = 1
+    split: int | None = None
+    unroll: tuple[tuple[int, int], ...] = ()
+    vectorize: int | None = None
+
+    @classmethod
+    def from_opts(cls, opts: tuple[Opt, ...]) -> LoopChoices:
+        by_action = {opt.action: opt for opt in opts}
+        return cls(reorder="reorder" in by_action,
+                   rows=by_action["upcast"].amount if "upcast" in by_action else 1,
+                   split=by_action["split"].axis if "split" in by_action else None,
+                   unroll=tuple((opt.axis, opt.amount) for opt in opts if opt.action == "unroll"),
+                   vectorize=by_action["vectorize"].amount if "vectorize" in by_action else None)
+
+    def reduce_hints(self, depth: int, innermost: bool) -> tuple[str, ...]:
+        """Hints for reduction loop ``depth`` (``innermost``: no loop inside it)."""
+        hints = [f"unroll={count}" if count > 1 else "no_unroll" for axis, count in self.unroll if axis == depth]
+        return tuple(hints) + (self.inner_hints() if innermost else ())
+
+    def inner_hints(self) -> tuple[str, ...]:
+        """Hints for the innermost loop from the vectorize opt."""
+        if self.vectorize is None:
+            return ()
+        if self.vectorize == 0:  # keep a short loop a vectorised loop: no full unroll (see _row_block)
+            return ("vectorize", "no_unroll")
+        return ("no_vectorize",) if self.vectorize == 1 else ("vectorize", f"width={self.vectorize}")
 
 
 class _FunctionBuilder:
@@ -534,7 +578,7 @@ class _FunctionBuilder:
         metadata = ""
         if hints:
             node = f"!{sum(key.startswith('!') for key in self.helpers)}"
-            entries = ", ".join(f"!{{{LOOP_HINTS[hint]}}}" for hint in hints)
+            entries = ", ".join(f"!{{{_hint_entry(hint)}}}" for hint in hints)
             self.helpers[node] = f"{node} = distinct !{{{node}, {entries}}}"
             metadata = f", !llvm.loop {node}"
         self.emit(f"%{name}.next = add nsw i64 %{name}, {step}\nstore i64 %{name}.next, ptr %{name}.addr\n"
@@ -547,7 +591,17 @@ def render_llvm(kernel: Kernel) -> str:
 
     >>> print(render_llvm(k))  # doctest: +SKIP
     define void @add(ptr noalias %out0, ptr noalias %in0, ptr noalias %in1, i64 %start, i64 %end) #0 { ...
+
+    The loop nest follows ``kernel.opts`` (the optimiser's named actions); a kernel that was never
+    optimised gets ``funcgrad.lower.optimize.heuristic_opts``.
     """
+    from funcgrad.lower.optimize import check_opts, heuristic_opts
+    if kernel.opts is None:
+        kernel = attrs.evolve(kernel, opts=heuristic_opts(kernel))
+    else:
+        check_opts(kernel, kernel.opts)
+    assert kernel.opts is not None
+    choices = LoopChoices.from_opts(kernel.opts)
     builder = _FunctionBuilder()
     global_vars = [f"g{i}" for i in range(len(kernel.shape))]
     reduce_vars = [f"r{i}" for i in range(len(kernel.reduce_shape))]
@@ -556,12 +610,12 @@ def render_llvm(kernel: Kernel) -> str:
     acc_dtype = kernel.acc_dtype
     acc_compute = None
     if acc_dtype is not None:
-        acc_compute = FLOAT32 if op_class(acc_dtype) == "h" else np.dtype(acc_dtype)
+        acc_compute = accumulator_dtype(acc_dtype)
         builder.emit(f"%acc.addr = alloca {value_type(acc_compute)}")
         builder.emit(f"%part.addr = alloca {value_type(acc_compute)}")  # used by long float sums only
 
-    if acc_compute is not None and reduce_outer(kernel):
-        _render_reduce_outer(builder, kernel, global_vars, reduce_vars, acc_compute)
+    if acc_compute is not None and choices.reorder:
+        _render_reduce_outer(builder, kernel, global_vars, reduce_vars, acc_compute, choices)
         return _module(kernel, builder)
 
     for depth, (name, size) in enumerate(zip(global_vars, kernel.shape)):
@@ -573,7 +627,7 @@ def render_llvm(kernel: Kernel) -> str:
         acc_type = value_type(acc_compute)
         builder.emit(f"store {acc_type} {identity}, ptr %acc.addr")
         alu = (BOOL_REDUCE_ALU if op_class(acc_compute) == "b" else REDUCE_ALU)[kernel.reduce_op or ""]
-        split = partial_sum_split(kernel, acc_compute)
+        split = choices.split
         into = "%acc.addr" if split is None else "%part.addr"
         for depth, (name, size) in enumerate(zip(reduce_vars, kernel.reduce_shape)):
             if depth == split:
@@ -589,7 +643,7 @@ def render_llvm(kernel: Kernel) -> str:
             new = builder.alu(alu, [old, value], acc_compute)
         builder.emit(f"store {acc_type} {new}, ptr {into}")
         for depth in reversed(range(len(reduce_vars))):
-            builder.close_loop(reduce_vars[depth])
+            builder.close_loop(reduce_vars[depth], hints=choices.reduce_hints(depth, depth == len(reduce_vars) - 1))
             if depth == split:  # fold the finished partial sum into the total
                 total = builder.instantiate("{out} = load {t}, ptr %acc.addr", t=acc_type)
                 part = builder.instantiate("{out} = load {t}, ptr %part.addr", t=acc_type)
@@ -600,8 +654,9 @@ def render_llvm(kernel: Kernel) -> str:
         builder.acc_value = builder.narrow_from_float(final, acc_dtype) if op_class(acc_dtype) == "h" else final
 
     _store_outputs(builder, kernel, global_vars)
-    for name in reversed(global_vars):
-        builder.close_loop(name)
+    for depth in reversed(range(len(global_vars))):
+        innermost = depth == len(global_vars) - 1 and not reduce_vars
+        builder.close_loop(global_vars[depth], hints=choices.inner_hints() if innermost else ())
     return _module(kernel, builder)
 
 
@@ -621,6 +676,11 @@ def _store_outputs(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[
         pointer = builder.instantiate("{out} = getelementptr inbounds {t}, ptr %out{n}, i64 {i}",
                                       t=memory_type(aval.dtype), n=number, i=position)
         builder.emit(f"store {memory_type(aval.dtype)} {value}, ptr {pointer}")
+
+
+def accumulator_dtype(acc_dtype: np.dtype) -> np.dtype:
+    """The dtype a reduction accumulates in (float16/bfloat16 sums accumulate in float32)."""
+    return FLOAT32 if op_class(acc_dtype) == "h" else np.dtype(acc_dtype)
 
 
 PARTIAL_SUM_MIN = 4096  # float sums at least this long add up partial sums (see partial_sum_split)
@@ -698,17 +758,17 @@ def substitute(e: KExpr, name: str, offset: int, memo: dict[KExpr, KExpr] | None
 
 
 def _render_reduce_outer(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[str], reduce_vars: list[str],
-                         acc_compute: np.dtype) -> None:
+                         acc_compute: np.dtype, choices: LoopChoices) -> None:
     """Loops: outer output axes; then, per block of output rows, (1) set a stack block of
     accumulators to the identity, (2) run the reduction loops with the last output axis innermost
     (every row of the block reuses each load of the operand that varies along that axis), (3)
     apply the epilogue and store the rows. A remainder loop takes the rows a block does not fill.
     Splits over %start..%end like the plain order."""
     last, size = global_vars[-1], kernel.shape[-1]
-    block = ROW_BLOCK if len(global_vars) >= 2 else 1
+    block = choices.rows if len(global_vars) >= 2 else 1
     mid = global_vars[-2] if block > 1 else None
     acc_type = value_type(acc_compute)
-    partial = partial_sum_split(kernel, acc_compute) is not None
+    partial = choices.split is not None
     for row in range(block):  # one alloca per row: distinct objects, so the vectorizer sees no aliasing
         builder.emit(f"%row{row} = alloca [{size} x {acc_type}]")
         if partial:
@@ -725,17 +785,17 @@ def _render_reduce_outer(builder: _FunctionBuilder, kernel: Kernel, global_vars:
         builder.open_loop(name, "%start" if depth == 0 else "0", "%end" if depth == 0 else str(extent))
     if mid is None:
         low, high = ("0", str(size)) if outer else ("%start", "%end")
-        _row_block(builder, kernel, reduce_vars, acc_compute, last, None, 1, low, high)
+        _row_block(builder, kernel, reduce_vars, acc_compute, choices, last, None, 1, low, high)
     else:
         mid_low, mid_high = ("%start", "%end") if not outer else ("0", str(kernel.shape[-2]))
         builder.emit(f"%{mid}.lim = sub i64 {mid_high}, {block - 1}")
         builder.open_loop(mid, mid_low, f"%{mid}.lim")
-        _row_block(builder, kernel, reduce_vars, acc_compute, last, mid, block, "0", str(size))
+        _row_block(builder, kernel, reduce_vars, acc_compute, choices, last, mid, block, "0", str(size))
         builder.close_loop(mid, block)
         builder.emit(f"%{mid}.done = load i64, ptr %{mid}.addr")
         builder.open_loop(f"{mid}.rem", f"%{mid}.done", mid_high)
         builder.var_names[mid] = f"{mid}.rem"
-        _row_block(builder, kernel, reduce_vars, acc_compute, last, mid, 1, "0", str(size))
+        _row_block(builder, kernel, reduce_vars, acc_compute, choices, last, mid, 1, "0", str(size))
         del builder.var_names[mid]
         builder.close_loop(f"{mid}.rem")
     for name in reversed(outer):
@@ -743,7 +803,7 @@ def _render_reduce_outer(builder: _FunctionBuilder, kernel: Kernel, global_vars:
 
 
 def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str], acc_compute: np.dtype,
-               last: str, mid: str | None, rows: int, low: str, high: str) -> None:
+               choices: LoopChoices, last: str, mid: str | None, rows: int, low: str, high: str) -> None:
     """One block of ``rows`` output rows (rows differ in ``mid``) in the i-k-j order."""
     assert kernel.reduce_expr is not None
     acc_dtype = kernel.reduce_expr.dtype
@@ -761,7 +821,7 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
 
     # a long float sum adds the trailing reduction loops into a partial row, folded into the total
     # row once per outer iteration (see partial_sum_split)
-    split = partial_sum_split(kernel, acc_compute)
+    split = choices.split
     target = "row" if split is None else "part"
 
     init = f"{last}.init{rows}"
@@ -795,12 +855,12 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
         builder.emit(f"store {acc_type} {new}, ptr {pointer}")
     # LLVM fully unrolls a short row (< 64: 16 lanes x its interleave of 4) and may then vectorise a
     # reduction loop with gathers (measured 5x slower on 20-wide rows and on 1-row remainder blocks):
-    # the reduction loops stay scalar, and a row that is not whole vectors stays a vectorised loop
-    short = size < SHORT_ROW and size % 16 != 0
-    builder.close_loop(inner, hints=("vectorize", "no_unroll") if short else ())
+    # the reduction loops stay scalar, and (the heuristics' vectorize(0, 0)) a row that is not whole
+    # vectors stays a vectorised loop
+    builder.close_loop(inner, hints=choices.inner_hints())
     for depth in reversed(range(len(reduce_vars))):
         name = reduce_vars[depth]
-        builder.close_loop(f"{name}.{rows}", hints=("no_vectorize",))
+        builder.close_loop(f"{name}.{rows}", hints=("no_vectorize", *choices.reduce_hints(depth, False)))
         del builder.var_names[name]
         if depth == split:
             fold = f"{last}.fold{rows}"
