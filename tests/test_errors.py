@@ -93,6 +93,30 @@ def _custom_vjp_under_jvp() -> Any:
     return fg.jvp(f, (ones(2),), (ones(2),))
 
 
+def _custom_vjp_wrong_count() -> Any:
+    f = fg.custom_vjp(lambda x: x * 2)
+    f.defvjp(lambda x: (x * 2, None), lambda res, ct: (ct, ct))
+    return fg.grad(lambda x: fnp.sum(f(x)))(ones(2))
+
+
+def _custom_vjp_wrong_shape() -> Any:
+    f = fg.custom_vjp(lambda x: x * 2)
+    f.defvjp(lambda x: (x * 2, None), lambda res, ct: (ones(3),))
+    return fg.grad(lambda x: fnp.sum(f(x)))(ones(2))
+
+
+def _load_traced_state() -> Any:
+    model = nn.Linear(2, 2)
+    return fg.jit(lambda w: state.load_state_dict(model, {"weight": w, "bias": ones(2)}))(ones(2, 2))
+
+
+def _step_with_wrong_grad_shape() -> Any:
+    param = Tensor.ones(2, requires_grad=True)
+    sgd = optim.SGD([param], lr=0.1)
+    param.grad = Tensor.ones(3)
+    return sgd.step()
+
+
 def _mnist_missing() -> Any:
     env = {"FUNCGRAD_DATA": os.getcwd(), "XDG_CACHE_HOME": os.getcwd()}
     with mock.patch.dict(os.environ, env), mock.patch.object(datasets, "SYSTEM_DATA_DIRS", ()):
@@ -180,6 +204,10 @@ ROWS: list[Row] = [
         E("full: fill_value of shape ", SHAPE, " cannot be broadcast to shape ", SHAPE)),
     Row("E-shape-17", lambda: fnp.arange(0, 5, 0), ValueError, E("arange: step must not be zero")),
     Row("E-shape-18", lambda: Tensor([[1, 2], [3]]), ValueError, E("cannot make an array from list: ", ANY)),
+    Row("E-shape-19", lambda: fnp.ones(2.5), TypeError, E("shape must be an int or a sequence of ints, got ", ANY)),
+    Row("E-shape-20", lambda: fnp.linspace(0, 1, 2.5), TypeError, E("linspace: num must be an integer, got ", ANY)),
+    Row("E-shape-21", lambda: fnp.reshape(ones(2, 3), (2, -1, -1)), ValueError,
+        E("reshape: only one dimension may be -1, got shape ", SHAPE)),
     # --- indexing ------------------------------------------------------------------------------------------
     Row("E-index-1", lambda: ones(3)[5], IndexError,
         E("index ", NUM, " is out of bounds for axis ", NUM, " with size ", NUM)),
@@ -200,6 +228,7 @@ ROWS: list[Row] = [
         E("take: an index in [", ANY, "] is out of bounds for axis ", NUM, " with size ", NUM)),
     Row("E-index-8", lambda: fnp.take(ones(3), fnp.array([0.5])), IndexError,
         E("take: indices must be integers, got dtype ", NAME)),
+    Row("E-index-9", lambda: ones(3)[::0], ValueError, E("slice step cannot be zero")),
     # --- dtypes --------------------------------------------------------------------------------------------
     Row("E-dtype-1", lambda: fnp.zeros(3, dtype="complex64"), TypeError,
         E("dtype ", NAME, " is not supported by funcgrad; supported: bool, int8, ", ANY)),
@@ -266,6 +295,9 @@ ROWS: list[Row] = [
     Row("E-tracer-12", lambda: fg.jit(3), TypeError, E("jit expects a callable, got ", NAME)),
     Row("E-tracer-13", _compiled_for_other_types, TypeError,
         E("this compiled function was lowered for other argument types: [", ANY, "]")),
+    Row("E-tracer-14", lambda: fg.jit(lambda x, y: x, static_argnames="y")(ones(2), y=[1]), TypeError,
+        E("jit(", NAME, "): static argument '", NAME, "' of type ", NAME, " is not hashable; pass a tuple instead "
+          "of a list, or make it a traced argument")),
     # --- transforms ----------------------------------------------------------------------------------------
     Row("E-transform-1", lambda: fg.grad(lambda x: x)(ones(3)), TypeError,
         E("grad requires a function returning a real scalar, got ", ANY, "; use jacrev or vjp for other outputs")),
@@ -308,6 +340,19 @@ ROWS: list[Row] = [
         E("reverse-mode differentiation does not work for lax.while_loop (its number of steps is only known at "
           "run time); use lax.scan, or lax.fori_loop with Python-int bounds, which can be differentiated in "
           "reverse mode")),
+    Row("E-transform-19", lambda: fg.grad(fnp.sum, argnums="x")(ones(3)), TypeError,
+        E("grad: argnums must be an int or a sequence of ints, got ", ANY)),
+    Row("E-transform-20", lambda: fg.linearize(lambda x: x * 2, ones(2))[1](ones(3)), ValueError,
+        E("linearize: tangent ", NUM, " has shape ", SHAPE, " but its primal has shape ", SHAPE)),
+    Row("E-transform-21", lambda: fg.vjp(lambda x: (x, x), ones(2))[1](ones(2)), ValueError,
+        E("vjp: the cotangent has structure ", ANY, " but the output has ", ANY)),
+    Row("E-transform-22", lambda: fg.vmap(lambda a: a, out_axes=None)(ones(2)), ValueError,
+        E("vmap: an output with out_axes=None depends on the mapped axis")),
+    Row("E-transform-23", _custom_vjp_wrong_count, TypeError,
+        E("the custom_vjp bwd of ", NAME, " returned ", NUM, " cotangents for ", NUM, " arguments")),
+    Row("E-transform-24", _custom_vjp_wrong_shape, TypeError,
+        E("the custom_vjp bwd of ", NAME, " returned a cotangent of shape ", SHAPE, " for an argument of shape ",
+          SHAPE)),
     # --- control flow (funcgrad.lax) -------------------------------------------------------------------------
     Row("E-control-1", lambda: lax.cond(ones(2) > 0, lambda x: x, lambda x: -x, ones(2)), TypeError,
         E("cond: the predicate must be a scalar, got shape ", SHAPE, "; use fnp.where for elementwise selection")),
@@ -413,6 +458,11 @@ ROWS: list[Row] = [
     Row("E-checkpoint-14", lambda: state.safe_save({"w": Tensor.ones(2)}, "no/such/folder/w.safetensors"),
         FileNotFoundError, E("safe_save: the folder '", ANY, "no/such/folder' of 'no/such/folder/w.safetensors' "
                              "does not exist; create it first")),
+    Row("E-checkpoint-15", lambda: state.safe_load(write("text.safetensors", b"not a safetensors file")),
+        state.SafetensorsError, E(NAME, ": header length ", NUM, " exceeds the limit of 100000000 bytes (corrupt "
+                                  "length field?)")),
+    Row("E-checkpoint-16", _load_traced_state, state.StateDictError,
+        E("state dict entry '", NAME, "' is a traced value; load concrete arrays outside jit/grad/vmap")),
     # --- datasets ------------------------------------------------------------------------------------------
     Row("E-dataset-1", lambda: datasets.read_idx("missing.idx"), FileNotFoundError,
         E("[Errno 2] No such file or directory: 'missing.idx'")),
@@ -502,6 +552,11 @@ ROWS: list[Row] = [
                       SHAPE)),
     Row("E-optim-10", lambda: optim.onecycle(1, 1.0), ValueError,
         E("onecycle: needs total_steps >= 2 and 0 < pct_start < 1, got ", ANY)),
+    Row("E-optim-11", lambda: optim.Adam(Tensor.ones(2)), TypeError,
+        E(NAME, ": params must be a list of Tensors, got a single Tensor; pass [tensor] or "
+          "nn.state.get_parameters(model)")),
+    Row("E-optim-12", _step_with_wrong_grad_shape, ValueError,
+        E(NAME, ".step: a parameter of shape ", SHAPE, " has a .grad of shape ", SHAPE)),
     Row("E-autograd-1", lambda: (Tensor.ones(2, requires_grad=True) * 2).backward(), ValueError,
         E("backward() without a gradient needs a scalar loss, got shape ", SHAPE)),
     Row("E-autograd-2", lambda: (Tensor.ones(()) * 2).backward(), RuntimeError,

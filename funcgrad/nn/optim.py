@@ -246,8 +246,11 @@ class Optimizer:
     rule: Rule
 
     def __init__(self, params: Iterable[Tensor], lr: LearningRate, rule: Rule) -> None:
-        self.params = list(params)
         name = type(self).__name__
+        if isinstance(params, Tensor):  # iterating it would give row copies, which no update would reach
+            raise TypeError(f"{name}: params must be a list of Tensors, got a single Tensor; pass [tensor] or "
+                            "nn.state.get_parameters(model)")
+        self.params = list(params)
         if not self.params:
             raise ValueError(f"{name}: an optimizer needs at least one parameter")
         for p in self.params:
@@ -277,6 +280,9 @@ class Optimizer:
         for p, slots in zip(self.params, self.state):
             if p.grad is None:
                 continue
+            if p.grad.shape != p.shape:
+                raise ValueError(f"{type(self).__name__}.step: a parameter of shape {p.shape} has a .grad of shape "
+                                 f"{p.grad.shape}")
             new_value, new_slots = self.rule.apply(p, p.grad.astype(p.dtype), slots, lr, step)
             p._data = new_value.astype(p.dtype)._data  # swap the value in; the Tensor object stays
             for slot, new in zip(slots, new_slots):

@@ -23,7 +23,11 @@ Shape = int | Sequence[int]
 
 
 def _shape(shape: Shape) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    elif isinstance(shape, str) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}")
+    shape = tuple(shape)
     for d in shape:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
             raise TypeError(f"shape entries must be integers, got {shape}")
@@ -148,7 +152,10 @@ def linspace(start: float, stop: float, /, num: int, *, dtype: Any = None, devic
     [0.0, 0.25, 0.5, 0.75, 1.0]
     """
     from funcgrad.numpy.elementwise import add, divide, floor, multiply, subtract, where
-    num = int(_concrete_number(num, "num", "linspace"))
+    count = _concrete_number(num, "num", "linspace")
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)):
+        raise TypeError(f"linspace: num must be an integer, got {count!r}")
+    num = int(count)
     if num < 0:
         raise ValueError(f"linspace: num must be non-negative, got {num}")
     if dtype is None:  # as jax.numpy: the floating result type of the endpoints (float32 for scalars)

@@ -176,6 +176,11 @@ def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[...,
         if t_tree != lin.in_tree:
             raise ValueError(f"linearize: tangents {t_tree} do not match the primals {lin.in_tree}")
         values = [as_tensor(t) for t, h in zip(leaves, lin.has_tangent) if h]
+        expected = [aval for aval, h in zip(lin.in_avals, lin.has_tangent) if h]
+        for index, (tangent, aval) in enumerate(zip(values, expected)):
+            if tangent.shape != aval.shape:
+                raise ValueError(f"linearize: tangent {index} has shape {tangent.shape} but its primal has shape "
+                                 f"{aval.shape}")
         _reject_custom_lin(lin.linear_ir)
         results = iter(as_tensor(r) for r in evaluate(lin.linear_ir, *lin.residuals, *values))
         outs = [next(results) if linear else zeros(aval) for aval, linear in zip(lin.out_avals, lin.out_linear)]
@@ -189,7 +194,9 @@ def _check_argnums(argnums: int | Sequence[int], num_args: int, label: str) -> t
     if not nums:
         raise ValueError(f"{label}: argnums must name at least one argument")
     for n in nums:
-        if not isinstance(n, int) or not -num_args <= n < num_args:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{label}: argnums must be an int or a sequence of ints, got {argnums!r}")
+        if not -num_args <= n < num_args:
             raise ValueError(f"{label}: argnums {n} is out of range for a function called with {num_args} "
                              "positional arguments")
     return tuple(n % num_args for n in nums)
