@@ -601,6 +601,11 @@ def render_llvm(kernel: Kernel) -> str:
     else:
         check_opts(kernel, kernel.opts)
     assert kernel.opts is not None
+    if any(opt.action == "tile" for opt in kernel.opts):  # a register-tiled micro-kernel (render_tile.py)
+        from funcgrad.lower.render_tile import render_tile
+        builder = _FunctionBuilder()
+        render_tile(builder, kernel)
+        return _module(kernel, builder)
     choices = LoopChoices.from_opts(kernel.opts)
     builder = _FunctionBuilder()
     global_vars = [f"g{i}" for i in range(len(kernel.shape))]

@@ -1,0 +1,370 @@
+"""Register-tiled micro-kernels for reductions shaped like a matrix product (the CPU's ``tile`` action).
+
+A float32 sum whose last output axis is long enough and whose operands are either contiguous along
+that axis or do not move with it (``C[m, j] = sum_k A[m, k] * B[k, j]``, and every convolution once
+``lower/conv.py`` has made it a product) is rendered with explicit ``<16 x float>`` vectors: a tile of
+``rows`` output rows by ``vectors`` x 16 columns is held in registers for the whole reduction; each
+step of the reduction loads ``vectors`` vectors of the operand that varies along the columns (shared
+by every row), broadcasts one value of the other operand per row, and issues ``rows * vectors``
+fused multiply-adds. The 14 x 32 tile keeps 28 of AVX-512's 32 vector registers as accumulators.
+
+Rows are every output axis but the last, flattened, so a convolution's (batch, height, width) rows
+tile without remainders at image borders; the loop over columns is outermost, so the column panel
+of the shared operand stays in cache while the rows stream past it. Columns that do not fill a tile
+take a narrower tile whose last vector is masked (no out-of-bounds load or store); rows that do not
+fill one run one at a time. The epilogue (bias, activation, casts: anything the kernel fuses after
+the reduction) runs per element from a stack copy of the tile, as in the plain renderer.
+
+A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
+the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, _affine, alu, const, var
+from funcgrad.lower.render_llvm import _FunctionBuilder, _store_outputs, render_const, substitute
+
+__all__ = ["tile_opts", "tile_candidates", "check_tile_opts", "render_tile", "LANES"]
+
+FLOAT32 = np.dtype(np.float32)
+LANES = 16  # float32 lanes in one 512-bit register
+CHUNK_ROWS = 96  # rows of the shared operand's other side kept in L2 while the column panels pass
+BLOCK_TERMS = 256  # reduction terms per block: a block of both operands stays in L1/L2
+TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast (and compile faster)
+VECTOR_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul"}  # column-varying operations the tile renders
+ROW, COLUMN = "m", "c"
+# (columns, rows) of the register tile, widest first; each keeps 24-28 of the 32 vector registers as
+# accumulators (6 x 64 and 8 x 48 measured ~1.3x faster than 14 x 32 on a 1024 product here)
+TILES = ((64, 6), (48, 8), (32, 14), (16, 16))  # the tile's loop variables: flattened row, column
+
+
+def _depends(e: KExpr, name: str, memo: dict[KExpr, bool]) -> bool:
+    if e not in memo:
+        memo[e] = (e.op == "var" and e.arg == name) or any(_depends(a, name, memo) for a in e.args)
+    return memo[e]
+
+
+def _vectorisable(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
+    """Every column-varying node is a float32 add/sub/mul/neg or a load contiguous along the columns."""
+    if not _depends(e, column, memo):
+        return True  # computed once per row as a scalar, then broadcast
+    if e.dtype != FLOAT32:
+        return False
+    if e.op == "load":
+        terms = _affine(e.args[0])
+        return terms is not None and terms.get(var(column)) == 1 and not any(
+            atom is not None and atom != var(column) and _depends(atom, column, memo) for atom in terms)
+    if e.op in VECTOR_OPS or e.op == "neg":
+        return all(_vectorisable(a, column, memo) for a in e.args)
+    return False
+
+
+def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
+    """The tile actions for ``kernel`` (``tile`` on the last axis: its width in columns; ``upcast``
+    on the rows: the tile's height), or None when the kernel is not a float32 product-like sum or is
+    too small to gain from it."""
+    if not _tileable(kernel):
+        return None
+    columns = kernel.shape[-1]
+    work = int(np.prod(kernel.shape)) * int(np.prod(kernel.reduce_shape))
+    if columns < LANES or work < TILE_MIN_WORK:
+        return None
+    width, height = next((w, h) for w, h in TILES if columns >= w)
+    return (Opt("tile", len(kernel.shape) - 1, width), Opt("upcast", len(kernel.shape) - 2, height))
+
+
+def tile_candidates(kernel: Kernel) -> list[tuple[Opt, ...]]:
+    """Tile shapes worth timing for ``kernel`` (for BEAM): every fitting shape of ``TILES``, each with
+    the default and a longer reduction block."""
+    if tile_opts(kernel) is None:
+        return []
+    last, rows = len(kernel.shape) - 1, len(kernel.shape) - 2
+    inner = int(np.prod(kernel.reduce_shape[1:]))
+    out: list[tuple[Opt, ...]] = []
+    for width, height in TILES:
+        if width <= max(kernel.shape[-1], LANES) + LANES:
+            for terms in (BLOCK_TERMS, 4 * BLOCK_TERMS):
+                out.append((Opt("tile", last, width), Opt("upcast", rows, height),
+                            Opt("split", 0, max(1, terms // max(1, inner)))))
+    return out
+
+
+def check_tile_opts(kernel: Kernel, opts: tuple[Opt, ...]) -> None:
+    """Raise ValueError unless ``opts`` describe a tile this kernel can run."""
+    if tile_opts(kernel) is None and not _tileable(kernel):
+        raise ValueError(f"kernel {kernel.name} cannot be register-tiled: it is not a float32 sum whose operands "
+                         f"are contiguous along, or constant over, its last axis")
+    tile_shape(attrs.evolve(kernel, opts=opts))
+    for opt in opts:
+        if opt.action == "pad":
+            raise ValueError("the register tile masks its last columns itself: it takes no pad action")
+        if opt.action in ("reorder", "unroll", "vectorize"):
+            raise ValueError(f"a register-tiled kernel takes no {opt.action} action (its loops are its own)")
+
+
+def _tileable(kernel: Kernel) -> bool:
+    return (kernel.reduce_op == "sum" and kernel.reduce_expr is not None and len(kernel.shape) >= 2
+            and bool(kernel.reduce_shape) and kernel.reduce_expr.dtype == FLOAT32
+            and _vectorisable(kernel.reduce_expr, f"g{len(kernel.shape) - 1}", {}))
+
+
+def _replace(e: KExpr, table: dict[str, KExpr], memo: dict[KExpr, KExpr]) -> KExpr:
+    """``e`` with the loop variables named in ``table`` replaced by expressions."""
+    if e in memo:
+        return memo[e]
+    if e.op == "var" and e.arg in table:
+        out = table[e.arg]
+    else:
+        args = tuple(_replace(a, table, memo) for a in e.args)
+        out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+    memo[e] = out
+    return out
+
+
+def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
+    """(columns, rows, chunk rows, reduction block) of the kernel's tile from its actions: ``tile`` on
+    the last axis (columns, a multiple of 16), ``upcast`` (rows in registers), ``tile`` on the row axis
+    (rows per cache chunk, default about 96) and ``split`` of reduction loop 0 (its block length,
+    default about 256 terms per block)."""
+    last = len(kernel.shape) - 1
+    width = height = chunk = block = 0
+    for opt in kernel.opts or ():
+        if opt.action == "tile" and opt.axis == last:
+            width = opt.amount
+        elif opt.action == "tile":
+            chunk = opt.amount
+        elif opt.action == "upcast":
+            height = opt.amount
+        elif opt.action == "split" and opt.axis == 0:
+            block = opt.amount
+    if width <= 0 or width % LANES or height <= 0:
+        raise ValueError(f"kernel {kernel.name}: a tile needs a width that is a multiple of {LANES} and a "
+                         f"height (tile and upcast actions), got {width} x {height}")
+    inner = int(np.prod(kernel.reduce_shape[1:]))
+    chunk = chunk if chunk > 0 else height * -(-CHUNK_ROWS // height)
+    block = block if block > 0 else max(1, BLOCK_TERMS // max(1, inner))
+    return width, height, max(chunk, height), block
+
+
+class _Tile:
+    """Renders one kernel's tiled loops into a function builder."""
+
+    def __init__(self, builder: _FunctionBuilder, kernel: Kernel) -> None:
+        self.b = builder
+        self.kernel = kernel
+        self.width, self.height, self.chunk, self.block = tile_shape(kernel)
+        self.columns = kernel.shape[-1]
+        self.row_count = int(np.prod(kernel.shape[:-1]))
+        # the global variables as functions of the flattened row and the column
+        table: dict[str, KExpr] = {f"g{len(kernel.shape) - 1}": var(COLUMN)}
+        stride = 1
+        for axis in reversed(range(len(kernel.shape) - 1)):
+            index = alu("div", var(ROW), const(stride, INDEX)) if stride > 1 else var(ROW)
+            if axis > 0:
+                index = alu("rem", index, const(kernel.shape[axis], INDEX))
+            table[f"g{axis}"] = index
+            stride *= kernel.shape[axis]
+        memo: dict[KExpr, KExpr] = {}
+        assert kernel.reduce_expr is not None
+        self.reduce_expr = _replace(kernel.reduce_expr, table, memo)
+        self.outputs = tuple(_replace(e, table, memo) for e in kernel.outputs)
+        self.allocas: list[str] = []
+        self.count = 0
+        identity = render_const(-0.0, FLOAT32)  # a non-empty sum starts at -0.0, as render_llvm's
+        self.zero = "<" + ", ".join([f"float {identity}"] * LANES) + ">"
+        self.vector = f"<{LANES} x float>"
+        for name, text in (
+                ("fmuladd", f"declare {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector}, {self.vector}, "
+                            f"{self.vector})"),
+                ("masked.load", f"declare {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr, i32 immarg, "
+                                f"<{LANES} x i1>, {self.vector})")):
+            builder.helpers.setdefault(f"declare.{name}", text)
+
+    def loop_name(self, kind: str) -> str:
+        self.count += 1
+        name = f"t{kind}{self.count}"
+        self.allocas.append(f"%{name}.addr = alloca i64")
+        return name
+
+    def render(self) -> None:
+        b = self.b
+        entry = len(b.lines)
+        inner = int(np.prod(self.kernel.shape[1:-1]))
+        b.emit(f"%tile.lo = mul i64 %start, {inner}\n%tile.hi = mul i64 %end, {inner}")
+        chunk = self.loop_name("chunk")
+        b.open_loop(chunk, "%tile.lo", "%tile.hi")
+        after = b.instantiate("{out} = add i64 %" + chunk + ", " + str(self.chunk))
+        short = b.instantiate("{out} = icmp slt i64 {x}, %tile.hi", x=after)
+        self.chunk_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 %tile.hi", c=short, x=after)
+        self.chunk_start = f"%{chunk}"
+        full = self.columns - self.columns % self.width
+        if full:
+            column = self.loop_name("col")
+            b.open_loop(column, "0", str(full))
+            self.panel(f"%{column}", self.width // LANES, 0)
+            b.close_loop(column, self.width)
+        tail = self.columns - full
+        if tail:
+            self.panel(str(full), -(-tail // LANES), tail % LANES)
+        b.close_loop(chunk, self.chunk)
+        b.lines[entry:entry] = ["  " + line for line in self.allocas]
+
+    def panel(self, column: str, vectors: int, masked_lanes: int) -> None:
+        """The chunk's rows times the columns from ``column``: sums in a stack buffer, reduction
+        blocks outside the register tiles, then the epilogue."""
+        b, kernel = self.b, self.kernel
+        stride = vectors * LANES
+        buffer = f"%buffer{self.count}"
+        self.allocas.append(f"{buffer} = alloca [{self.chunk * stride} x float], align 64")
+        clear = self.loop_name("clear")
+        b.open_loop(clear, "0", str(self.chunk * vectors))
+        offset = b.instantiate("{out} = mul i64 %" + clear + ", " + str(LANES))
+        slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
+        b.emit(f"store {self.vector} {self.zero}, ptr {slot}, align 64")
+        b.close_loop(clear)
+        mask = None
+        if masked_lanes:
+            mask = b.fresh()
+            lanes = ", ".join(f"i32 {lane}" for lane in range(LANES))
+            bound = ", ".join([f"i32 {masked_lanes}"] * LANES)
+            b.emit(f"{mask} = icmp ult <{LANES} x i32> <{lanes}>, <{bound}>")
+        extent = kernel.reduce_shape[0]
+        block = self.loop_name("block")
+        b.open_loop(block, "0", str(extent))
+        after = b.instantiate("{out} = add i64 %" + block + ", " + str(self.block))
+        short = b.instantiate("{out} = icmp slt i64 {x}, " + str(extent), x=after)
+        block_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 " + str(extent), c=short, x=after)
+        height = min(self.height, max(1, self.row_count))
+        row = self.loop_name("row")
+        limit = b.instantiate("{out} = sub i64 " + self.chunk_end + ", " + str(height - 1))
+        b.open_loop(row, self.chunk_start, limit)
+        self.micro(row, column, height, vectors, mask, f"%{block}", block_end, buffer, stride)
+        b.close_loop(row, height)
+        if height > 1:
+            done, rest = b.fresh(), self.loop_name("rest")
+            b.emit(f"{done} = load i64, ptr %{row}.addr")
+            b.open_loop(rest, done, self.chunk_end)
+            self.micro(rest, column, 1, vectors, mask, f"%{block}", block_end, buffer, stride)
+            b.close_loop(rest)
+        b.close_loop(block, self.block)
+        width = stride - ((LANES - masked_lanes) % LANES if masked_lanes else 0)
+        self.epilogue(column, width, buffer, stride)
+
+    def micro(self, row: str, column: str, height: int, vectors: int, mask: str | None, low: str, high: str,
+              buffer: str, stride: int) -> None:
+        """One register tile: ``height`` rows from ``%row``, ``vectors`` vectors from ``column``, the
+        first reduction loop over [low, high); the sums are added into ``buffer``."""
+        b, kernel = self.b, self.kernel
+        saved = dict(b.cache)
+        b.var_names[ROW] = row
+        column_alias = b.instantiate("{out} = add i64 " + column + ", 0")
+        b.var_names[COLUMN] = column_alias[1:]
+        tag = self.count
+        slots = [[f"%acc{tag}.{r}.{v}" for v in range(vectors)] for r in range(height)]
+        for line in slots:
+            for slot in line:
+                self.allocas.append(f"{slot} = alloca {self.vector}")
+                b.emit(f"store {self.vector} {self.zero}, ptr {slot}")
+        loops = []
+        for depth, extent in enumerate(kernel.reduce_shape):
+            name = self.loop_name(f"r{depth}.")
+            b.open_loop(name, low if depth == 0 else "0", high if depth == 0 else str(extent))
+            b.var_names[f"r{depth}"] = name
+            loops.append(name)
+        body_cache = dict(b.cache)
+        vector_cache: dict[tuple[KExpr, bool], str] = {}
+        broadcasts: dict[str, str] = {}
+        for r in range(height):
+            for v in range(vectors):
+                expr = substitute(substitute(self.reduce_expr, ROW, r), COLUMN, v * LANES)
+                masked = mask if v == vectors - 1 else None
+                old = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
+                if expr.op == "mul":
+                    x, y = (self.operand(a, masked, vector_cache, broadcasts) for a in expr.args)
+                    new = b.instantiate(f"{{out}} = call {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector} {x}, "
+                                        f"{self.vector} {y}, {self.vector} {old})")
+                else:
+                    value = self.operand(expr, masked, vector_cache, broadcasts)
+                    new = b.instantiate(f"{{out}} = fadd reassoc contract {self.vector} {old}, {value}")
+                b.emit(f"store {self.vector} {new}, ptr {slots[r][v]}")
+        b.cache = body_cache
+        for depth in reversed(range(len(loops))):
+            b.close_loop(loops[depth], hints=("no_vectorize",))
+            del b.var_names[f"r{depth}"]
+        b.cache = dict(saved)
+        local = b.instantiate("{out} = sub i64 %" + row + ", " + self.chunk_start)
+        base = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=local)
+        for r in range(height):  # fold this block's sums into the buffer (a two-level sum, see the docstring)
+            for v in range(vectors):
+                offset = b.instantiate("{out} = add i64 {x}, " + str(r * stride + v * LANES), x=base)
+                slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
+                acc = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
+                old = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 64", p=slot)
+                total = b.instantiate(f"{{out}} = fadd {self.vector} {{x}}, {{y}}", x=old, y=acc)
+                b.emit(f"store {self.vector} {total}, ptr {slot}, align 64")
+        b.cache = dict(saved)
+        del b.var_names[ROW], b.var_names[COLUMN]
+
+    def operand(self, e: KExpr, mask: str | None, cache: dict[tuple[KExpr, bool], str],
+                broadcasts: dict[str, str]) -> str:
+        """``e`` at 16 consecutive columns: a vector value."""
+        b = self.b
+        if not _depends(e, COLUMN, {}):
+            scalar = b.value(e)
+            if scalar not in broadcasts:
+                one = b.instantiate("{out} = insertelement " + self.vector + " poison, float {x}, i64 0", x=scalar)
+                broadcasts[scalar] = b.instantiate("{out} = shufflevector " + self.vector + " {x}, " + self.vector
+                                                   + f" poison, <{LANES} x i32> zeroinitializer", x=one)
+            return broadcasts[scalar]
+        key = (e, mask is not None)
+        if key in cache:
+            return cache[key]
+        if e.op == "load":
+            pointer = b.instantiate("{out} = getelementptr inbounds float, ptr %in{n}, i64 {i}", n=e.arg,
+                                    i=b.value(e.args[0]))
+            if mask is None:
+                out = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 4", p=pointer)
+            else:
+                out = b.instantiate(f"{{out}} = call {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr {pointer}, "
+                                    f"i32 4, <{LANES} x i1> {mask}, {self.vector} zeroinitializer)")
+        elif e.op == "neg":
+            out = b.instantiate("{out} = fneg " + self.vector + " {x}",
+                                x=self.operand(e.args[0], mask, cache, broadcasts))
+        else:
+            x, y = (self.operand(a, mask, cache, broadcasts) for a in e.args)
+            out = b.instantiate("{out} = " + VECTOR_OPS[e.op] + " " + self.vector + " {x}, {y}", x=x, y=y)
+        cache[key] = out
+        return out
+
+    def epilogue(self, column: str, width: int, buffer: str, stride: int) -> None:
+        """Apply the kernel's outputs to the chunk's sums (``width`` columns from ``column``) and store them."""
+        b, kernel = self.b, self.kernel
+        saved = dict(b.cache)
+        columns_end = b.instantiate("{out} = add i64 " + column + ", " + str(width))
+        out_row, out_column = self.loop_name("erow"), self.loop_name("ecol")
+        b.open_loop(out_row, self.chunk_start, self.chunk_end)
+        b.open_loop(out_column, column, columns_end)
+        b.var_names[ROW], b.var_names[COLUMN] = out_row, out_column
+        local_row = b.instantiate("{out} = sub i64 %" + out_row + ", " + self.chunk_start)
+        local_column = b.instantiate("{out} = sub i64 %" + out_column + ", " + column)
+        offset = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=local_row)
+        offset = b.instantiate("{out} = add i64 {x}, {y}", x=offset, y=local_column)
+        slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
+        b.acc_value = b.instantiate("{out} = load float, ptr {p}", p=slot)
+        flat = attrs.evolve(kernel, shape=(self.row_count, self.columns), outputs=self.outputs,
+                            reduce_shape=(), reduce_op=None, reduce_expr=None, opts=None)
+        _store_outputs(b, flat, [ROW, COLUMN])
+        b.acc_value = None
+        b.close_loop(out_column)
+        b.close_loop(out_row)
+        del b.var_names[ROW], b.var_names[COLUMN]
+        b.cache = saved
+
+
+def render_tile(builder: _FunctionBuilder, kernel: Kernel) -> None:
+    """Emit the tiled loops of ``kernel`` (which carries tile and upcast actions) into ``builder``,
+    right after the function's first allocas."""
+    _Tile(builder, kernel).render()

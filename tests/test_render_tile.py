@@ -1,0 +1,180 @@
+"""The register-tiled micro-kernel (funcgrad/lower/render_tile.py) against NumPy in float64.
+
+Kernels come from the schedule of small programs (matrix products with epilogues, batched products,
+convolutions) and are compiled with explicit tile actions, every tile shape of ``TILES``, with
+remainder rows and columns (masked vectors) and short reduction blocks, so each code path of the
+renderer runs on shapes that do not divide evenly.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.devices.cpu import CPUDevice
+from funcgrad.lower import render_tile
+from funcgrad.lower.kernel import Kernel, Opt, evaluate_kernel
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.schedule import KernelStep, inline_calls, schedule
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory: pytest.TempPathFactory) -> CPUDevice:
+    return CPUDevice(cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def kernels_of(f, *args) -> list[Kernel]:  # noqa: ANN001
+    ir = fg.make_ir(f)(*args)
+    return [step.kernel for step in schedule(inline_calls(ir)) if isinstance(step, KernelStep)]
+
+
+def tiled(kernel: Kernel, width: int, height: int, block: int = 0) -> Kernel:
+    rows, last = len(kernel.shape) - 2, len(kernel.shape) - 1
+    opts = (Opt("tile", last, width), Opt("upcast", rows, height)) + ((Opt("split", 0, block),) if block else ())
+    return attrs.evolve(kernel, opts=opts)
+
+
+def run(device: CPUDevice, kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    outputs = [np.empty(aval.shape, aval.dtype) for aval in kernel.out_avals]
+    device.compile(kernel)(inputs, outputs)
+    return outputs
+
+
+def product_kernel(m: int, k: int, n: int, epilogue: bool = False) -> Kernel:
+    a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
+    bias = np.ones(n, np.float32)
+    if epilogue:
+        return kernels_of(lambda a, b, bias: fnp.maximum(a @ b + bias, 0.0), a, b, bias)[0]
+    return kernels_of(lambda a, b: a @ b, a, b)[0]
+
+
+def random_inputs(kernel: Kernel, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(aval.shape).astype(aval.dtype) for aval in kernel.in_avals]
+
+
+def assert_matches_reference(kernel: Kernel, got: list[np.ndarray], inputs: list[np.ndarray]) -> None:
+    """Compare with the kernel evaluator run in float64 (tolerance: float32 rounding of the sum)."""
+    wide = attrs.evolve(kernel, opts=None)
+    expected = evaluate_kernel(wide, [x.astype(np.float64) for x in inputs])
+    terms = int(np.prod(kernel.reduce_shape))
+    for actual, want in zip(got, expected):
+        want = np.asarray(want, np.float64).reshape(actual.shape)
+        scale = np.sqrt(terms) * 4 * np.finfo(np.float32).eps * max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(actual.astype(np.float64), want, rtol=0, atol=scale)
+
+
+SHAPES = [(37, 19, 16), (50, 33, 20), (29, 64, 70), (14, 300, 64), (100, 5, 130), (1, 40, 48), (23, 7, 97)]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
+def test_every_tile_shape_matches_the_reference(device: CPUDevice, m: int, k: int, n: int) -> None:
+    kernel = product_kernel(m, k, n, epilogue=True)
+    inputs = random_inputs(kernel)
+    for width, height in render_tile.TILES:
+        for block in (0, 3):  # the default block, and blocks of 3 that leave a short last block
+            variant = tiled(kernel, width, height, block)
+            assert "fmuladd" in render_llvm(variant)
+            assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+def test_batched_product_rows_cross_the_batch_axis(device: CPUDevice) -> None:
+    a, b = np.ones((3, 17, 20), np.float32), np.ones((3, 20, 40), np.float32)
+    kernel = kernels_of(lambda a, b: fnp.einsum("bij,bjk->bik", a, b), a, b)[0]
+    assert kernel.shape == (3, 17, 40)
+    inputs = random_inputs(kernel, seed=1)
+    for width, height in ((32, 14), (16, 16)):
+        variant = tiled(kernel, width, height)
+        assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+def test_convolution_kernels_tile(device: CPUDevice) -> None:
+    """A channels-last convolution (forward) and the product behind its weight gradient."""
+    x = np.ones((2, 3, 9, 9), np.float32)
+    w = np.ones((20, 3, 3, 3), np.float32)
+
+    def loss(x, w):  # noqa: ANN001, ANN202
+        return (fg.nn.functional.conv2d(x, w) ** 2).sum()
+
+    kernels = kernels_of(fg.grad(loss, argnums=(0, 1)), x, w)
+    candidates = [kn for kn in kernels if render_tile._tileable(kn) and kn.shape[-1] >= render_tile.LANES]
+    assert candidates, "expected a product-shaped convolution kernel"
+    for kernel in candidates:
+        inputs = random_inputs(kernel, seed=2)
+        variant = tiled(kernel, 32, 14, block=2)
+        assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+def test_tiled_programs_match_numpy_through_jit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end: with the size threshold lowered, jit picks tiles for small products, and the
+    results (forward and gradients) match NumPy."""
+    monkeypatch.setattr(render_tile, "TILE_MIN_WORK", 0)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((45, 31)).astype(np.float32)
+    b = rng.standard_normal((31, 53)).astype(np.float32)
+
+    def f(a, b):  # noqa: ANN001, ANN202
+        return fnp.tanh(a @ b).sum()
+
+    value, (ga, gb) = fg.jit(fg.value_and_grad(f, argnums=(0, 1)))(a, b)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    t = np.tanh(a64 @ b64)
+    np.testing.assert_allclose(float(value), t.sum(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ga), (1 - t**2) @ b64.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(gb), a64.T @ (1 - t**2), rtol=1e-4, atol=1e-4)
+    lowered = fg.jit(lambda a, b: a @ b).lower(a, b)
+    assert any("fmuladd" in info.source for info in lowered.kernels)
+
+
+def test_signed_zero_nan_and_inf(device: CPUDevice) -> None:
+    kernel = product_kernel(20, 9, 35)
+    a = -np.zeros((20, 9), np.float32)
+    b = np.ones((9, 35), np.float32)
+    a[3, 4] = np.nan
+    a[5, 0] = np.inf
+    variant = tiled(kernel, 32, 14)
+    (out,) = run(device, variant, [a, b])
+    (want,) = run(device, attrs.evolve(kernel, opts=None), [a, b])  # the plain loops: sums start at -0.0
+    assert np.isnan(out[3]).all() and np.isinf(out[5]).all()
+    rows = [r for r in range(20) if r not in (3, 5)]
+    assert (np.signbit(out[rows]) == np.signbit(want[rows])).all() and (out[rows] == 0).all()
+
+
+def test_long_sums_keep_two_level_precision(device: CPUDevice) -> None:
+    """A sum over 2^17 terms in blocks: as accurate as the plain renderer's partial sums."""
+    a = np.ones((16, 1 << 17), np.float32)
+    b = np.ones((1 << 17, 16), np.float32)
+    kernel = kernels_of(lambda a, b: a @ b, a, b)[0]
+    rng = np.random.default_rng(4)
+    inputs = [rng.uniform(0.5, 1.5, x.shape).astype(np.float32) for x in (a, b)]
+    expected = inputs[0].astype(np.float64) @ inputs[1].astype(np.float64)
+    (tile_out,) = run(device, tiled(kernel, 16, 16), inputs)
+    tile_error = np.abs(tile_out - expected).max() / np.abs(expected).max()
+    assert tile_error < 1e-6
+
+
+def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
+    big = product_kernel(256, 256, 256)
+    assert render_tile.tile_opts(big) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
+    assert render_tile.tile_opts(product_kernel(4, 4, 4)) is None  # too small to gain
+    ints = kernels_of(lambda a, b: a @ b, np.ones((128, 128), np.int32), np.ones((128, 128), np.int32))[0]
+    assert render_tile.tile_opts(ints) is None
+    # a sum whose column-varying operand is not contiguous along the columns (a transposed read)
+    strided = kernels_of(lambda a, b: a @ b.T, np.ones((256, 256), np.float32), np.ones((256, 256), np.float32))[0]
+    assert render_tile.tile_opts(strided) is None
+    assert render_tile.tile_candidates(big)
+    assert all(render_tile.check_tile_opts(big, opts) is None for opts in render_tile.tile_candidates(big))
+
+
+def test_invalid_tile_actions_raise() -> None:
+    kernel = product_kernel(64, 64, 64)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        render_tile.check_tile_opts(kernel, (Opt("tile", 1, 20), Opt("upcast", 0, 4)))
+    with pytest.raises(ValueError, match="no reorder action"):
+        render_tile.check_tile_opts(kernel, (Opt("tile", 1, 32), Opt("upcast", 0, 4), Opt("reorder")))
+    ints = kernels_of(lambda a, b: a @ b, np.ones((64, 64), np.int32), np.ones((64, 64), np.int32))[0]
+    with pytest.raises(ValueError, match="cannot be register-tiled"):
+        render_tile.check_tile_opts(ints, (Opt("tile", 1, 32), Opt("upcast", 0, 4)))
