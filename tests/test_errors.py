@@ -117,6 +117,10 @@ def _step_with_wrong_grad_shape() -> Any:
     return sgd.step()
 
 
+def _default_device_from_environment() -> Any:
+    with mock.patch.dict(os.environ, {"DEVICE": "TPU"}), mock.patch.object(fg.Device, "_default", None):
+        return fg.Device.DEFAULT
+
 def _mnist_missing() -> Any:
     env = {"FUNCGRAD_DATA": os.getcwd(), "XDG_CACHE_HOME": os.getcwd()}
     with mock.patch.dict(os.environ, env), mock.patch.object(datasets, "SYSTEM_DATA_DIRS", ()):
@@ -414,6 +418,9 @@ ROWS: list[Row] = [
     Row("E-device-5", _webgpu_float64, RuntimeError,
         E("kernel ", NAME, " cannot run on WEBGPU: WEBGPU cannot hold float64 arrays (WGSL has no 64-bit types; "
           "supported: ", ANY)),
+    Row("E-device-6", _default_device_from_environment, DeviceUnavailableError,
+        E("DEVICE='TPU' (environment variable): device 'TPU' is not available: no such device (known: ", ANY,
+          "); available devices: CPU", ANY)),
     # --- checkpoints (funcgrad.nn.state) ---------------------------------------------------------------------
     Row("E-checkpoint-1", lambda: state.safe_load("missing.safetensors"), FileNotFoundError,
         E("[Errno 2] No such file or directory: 'missing.safetensors'")),

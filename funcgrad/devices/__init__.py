@@ -216,7 +216,10 @@ def _choose_default() -> str:
     asked = os.environ.get("DEVICE")
     if asked:
         key = canonical_name(asked)
-        get_device(key)  # raises with the available devices and the reason
+        try:
+            get_device(key)
+        except DeviceUnavailableError as error:  # say where the name came from, with the available devices
+            raise DeviceUnavailableError(f"DEVICE={asked!r} (environment variable): {error}") from None
         return key
     candidates = [(entry.priority, name) for name, entry in _REGISTRY.items() if entry.priority > 0]
     for _, name in sorted(candidates, reverse=True):
