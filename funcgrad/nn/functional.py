@@ -330,11 +330,26 @@ def _check_shape(value: ArrayLike | None, shape: tuple[int, ...], name: str, wha
     return value
 
 
+def _statistics_dtype(x: Tensor) -> Tensor:
+    """float16/bfloat16 statistics in float32 (as PyTorch and Flax): squares of values above ~256
+    overflow float16, and a low-precision mean loses most of its digits."""
+    return x.astype(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+
+
+def _shift(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The first element over ``axes`` of each group, a constant for differentiation. Statistics of
+    ``x - shift`` lose nothing to a large common offset (1e4 + noise, or a constant row, whose
+    centered values then come out exactly 0); the result does not depend on the shift."""
+    first = x[tuple(slice(0, 1) if axis in axes else slice(None) for axis in range(x.ndim))]
+    return bind(P.stop_gradient_p, first)
+
+
 def _normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
-    mean = fnp.mean(x, axis=axes, keepdims=True)
-    centered = x - mean
+    low = _statistics_dtype(x)
+    shifted = low - _shift(low, axes)
+    centered = shifted - fnp.mean(shifted, axis=axes, keepdims=True)
     variance = fnp.mean(fnp.square(centered), axis=axes, keepdims=True)
-    return centered * fnp.rsqrt(variance + eps)
+    return (centered * fnp.rsqrt(variance + eps)).astype(x.dtype)
 
 
 def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
@@ -360,7 +375,8 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     """``x / sqrt(mean(x**2) + eps) * weight`` over the trailing ``normalized_shape`` axes."""
     x = _float_tensor(x, "rms_norm")
     axes = _normalized_axes(x, normalized_shape, "rms_norm")
-    out = x * fnp.rsqrt(fnp.mean(fnp.square(x), axis=axes, keepdims=True) + eps)
+    low = _statistics_dtype(x)
+    out = (low * fnp.rsqrt(fnp.mean(fnp.square(low), axis=axes, keepdims=True) + eps)).astype(x.dtype)
     w = _check_shape(weight, tuple(x.shape[a] for a in axes), "rms_norm", "weight")
     return out if w is None else out * w
 
@@ -398,7 +414,7 @@ def batch_norm(x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayL
     ([0.20000000298023224], [1.100000023841858])
     """
     name = "batch_norm"
-    x = _float_tensor(x, name)
+    x = given = _float_tensor(x, name)
     if x.ndim < 2:
         raise ValueError(f"{name}: input must be (N, C, ...), got shape {x.shape}")
     channels = x.shape[1]
@@ -412,13 +428,17 @@ def batch_norm(x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayL
         if count < 2:
             raise ValueError(f"{name}: training needs more than one value per channel, got input of shape "
                              f"{x.shape}")
-        mean = fnp.mean(x, axis=axes)
-        centered = x - _channel_vector(mean, channels, name, "mean", x.ndim)
+        x = _statistics_dtype(x)
+        shift = _shift(x, axes)
+        shifted = x - shift
+        shifted_mean = fnp.mean(shifted, axis=axes)
+        centered = shifted - _channel_vector(shifted_mean, channels, name, "mean", x.ndim)
         variance = fnp.mean(fnp.square(centered), axis=axes)
+        mean = shifted_mean + fnp.reshape(shift, (channels,))
         new_mean, new_var = mean_in, var_in
         if mean_in is not None and var_in is not None:
-            new_mean = (1 - momentum) * mean_in + momentum * mean
-            new_var = (1 - momentum) * var_in + momentum * variance * (count / (count - 1))
+            new_mean = ((1 - momentum) * mean_in + momentum * mean).astype(mean_in.dtype)
+            new_var = ((1 - momentum) * var_in + momentum * variance * (count / (count - 1))).astype(var_in.dtype)
     else:
         if mean_in is None or var_in is None:
             raise ValueError(f"{name}: eval mode (training=False) needs running_mean and running_var")
@@ -432,7 +452,7 @@ def batch_norm(x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayL
     y = centered * _channel_vector(scale, channels, name, "scale", x.ndim)
     if bias is not None:
         y = y + _channel_vector(_check_shape(bias, (channels,), name, "bias"), channels, name, "bias", x.ndim)
-    return y, new_mean, new_var
+    return y.astype(given.dtype), new_mean, new_var
 
 
 def dropout(x: ArrayLike, rate: float = 0.5, key: ArrayLike | None = None, training: bool = True) -> Tensor:
@@ -511,17 +531,27 @@ def softplus(x: ArrayLike, beta: float = 1.0, threshold: float = 20.0) -> Tensor
     return fnp.where(z > threshold, x, smooth)
 
 
+def _minus_max(x: Tensor, axis: int) -> Tensor:
+    """x - max(x) along ``axis``, the max a constant for differentiation (it cancels out of softmax and
+    log_softmax; differentiating it only adds rounding at the maxima). A row without a finite max
+    (all -inf) is shifted by 0."""
+    peak = fnp.max(x, axis=axis, keepdims=True)
+    return x - bind(P.stop_gradient_p, fnp.where(fnp.isfinite(peak), peak, 0.0))
+
+
 def softmax(x: ArrayLike, axis: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along ``axis`` (the max is subtracted first)."""
     x = _float_tensor(x, "softmax")
-    exps = fnp.exp(x - fnp.max(x, axis=axis, keepdims=True))
+    exps = fnp.exp(_minus_max(x, axis))
     return exps / fnp.sum(exps, axis=axis, keepdims=True)
 
 
 def log_softmax(x: ArrayLike, axis: int = -1) -> Tensor:
-    """x - logsumexp(x) along ``axis``."""
+    """(x - max) - log(sum(exp(x - max))) along ``axis``, as PyTorch: ``x - logsumexp(x)`` would round
+    twice at the scale of x (2e-4 off at logits of 1e4, log(2) off at 1e30)."""
     x = _float_tensor(x, "log_softmax")
-    return x - fnp.logsumexp(x, axis=axis, keepdims=True)
+    shifted = _minus_max(x, axis)
+    return shifted - fnp.log(fnp.sum(fnp.exp(shifted), axis=axis, keepdims=True))
 
 
 def logsumexp(x: ArrayLike, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -562,8 +592,8 @@ def _class_losses(log_probs: Tensor, labels: Tensor, label_smoothing: float, ign
         if bad.any():
             raise IndexError(f"{name}: label {values[bad].flat[0]} is out of range for {classes} classes (labels "
                              f"must be in [0, {classes}) or equal ignore_index={ignore_index})")
-    one_hot = (fnp.expand_dims(labels, -1) == fnp.arange(classes)).astype(log_probs.dtype)
-    picked = fnp.sum(one_hot * log_probs, axis=-1)
+    one_hot = fnp.expand_dims(labels, -1) == fnp.arange(classes)
+    picked = fnp.sum(fnp.where(one_hot, log_probs, 0.0), axis=-1)  # not one_hot * log_probs: 0 * -inf is NaN
     losses = -(1.0 - label_smoothing) * picked
     if label_smoothing:
         losses = losses - label_smoothing * fnp.mean(log_probs, axis=-1)

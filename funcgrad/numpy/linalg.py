@@ -21,7 +21,7 @@ from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import ArrayLike, asarray, astype, broadcast_shapes, broadcast_to, promote
 from funcgrad.numpy.elementwise import abs as abs_
-from funcgrad.numpy.elementwise import multiply, not_equal, power, sqrt
+from funcgrad.numpy.elementwise import multiply, not_equal, power, sqrt, where
 from funcgrad.numpy.manipulation import concat, moveaxis, permute_dims, ravel, reshape
 from funcgrad.numpy.reductions import max as max_
 from funcgrad.numpy.reductions import min as min_
@@ -370,8 +370,16 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | None = None, k
     if ord == 1:
         return sum_(magnitude, axis=axis, keepdims=keepdims)
     if ord == 2:
-        return sqrt(sum_(multiply(x, x), axis=axis, keepdims=keepdims))
-    return power(sum_(power(magnitude, float(ord)), axis=axis, keepdims=keepdims), 1.0 / float(ord))
+        return _root(sum_(multiply(x, x), axis=axis, keepdims=keepdims), 2.0)
+    return _root(sum_(power(magnitude, float(ord)), axis=axis, keepdims=keepdims), float(ord))
+
+
+def _root(total: Tensor, degree: float) -> Tensor:
+    """``total ** (1 / degree)`` whose gradient at a zero total is 0 (PyTorch's subgradient), not the
+    0 * inf = NaN of the plain root (JAX's behaviour): the root is taken of 1 where the total is 0."""
+    nonzero = not_equal(total, 0)  # NaN and inf totals take the root, so they come out as NaN and inf
+    safe = where(nonzero, total, 1.0)
+    return where(nonzero, sqrt(safe) if degree == 2.0 else power(safe, 1.0 / degree), 0.0)
 
 
 def _matrix_norm(x: Tensor, rows: int, cols: int, ord: Any, keepdims: bool) -> Tensor:  # noqa: A002
@@ -381,7 +389,7 @@ def _matrix_norm(x: Tensor, rows: int, cols: int, ord: Any, keepdims: bool) -> T
             "use ord='fro' (an upper bound on the 2-norm), ord=1 or ord=inf, or estimate the largest "
             "singular value by power iteration with matmul")
     if ord == "fro":
-        out = sqrt(sum_(multiply(x, x), axis=(rows, cols), keepdims=True))
+        out = _root(sum_(multiply(x, x), axis=(rows, cols), keepdims=True), 2.0)
     elif ord in (1, -1, math.inf, -math.inf):
         summed_axis, extremum_axis = (rows, cols) if ord in (1, -1) else (cols, rows)
         totals = sum_(abs_(x), axis=summed_axis, keepdims=True)

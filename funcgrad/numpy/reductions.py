@@ -185,7 +185,9 @@ def logsumexp(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False) -> 
     from funcgrad.numpy.elementwise import add, exp, isfinite, log, where
     x = _float_input(x, None)
     peak = max(x, axis=axis, keepdims=True)
-    peak = where(isfinite(peak), peak, 0)
+    # a constant for differentiation: it cancels out (the gradient is the softmax either way), and
+    # differentiating it only adds rounding at the maxima and a backward pass through max
+    peak = bind(P.stop_gradient_p, where(isfinite(peak), peak, 0))
     total = log(sum(exp(subtract(x, peak)), axis=axis, keepdims=True))
     out = add(total, peak)
     if not keepdims:
