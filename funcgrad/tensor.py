@@ -37,6 +37,8 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
         array = np.asarray(data)
     except ValueError as err:  # ragged nested lists
         raise ValueError(f"cannot make an array from {type(data).__name__}: {err}") from None
+    if array.dtype == object and isinstance(data, int):
+        raise OverflowError(f"Python int {data} does not fit in any funcgrad dtype (int64 or uint64)")
     if array.dtype == object:
         raise TypeError(f"cannot make an array from {type(data).__name__} holding "
                         f"{type(array.flat[0]).__name__ if array.size else 'objects'}")
@@ -55,6 +57,13 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
             dtype = dtypes.bfloat16
         else:
             raise TypeError(f"arrays of dtype {array.dtype} are not supported by funcgrad")
+    from_python = not isinstance(data, np.ndarray | np.generic)
+    if from_python and array.dtype.kind in "iu" and dtypes.is_int(dtype) and array.size:
+        info = np.iinfo(dtype)  # Python ints that do not fit raise, as NumPy 2 (NumPy arrays convert by wrapping)
+        for value in (array.min(), array.max()):
+            if not info.min <= value <= info.max:
+                raise OverflowError(f"Python int {value} does not fit in {np.dtype(dtype).name} "
+                                    f"(range {info.min}..{info.max})")
     return np.array(array, dtype=dtype, copy=True)
 
 
@@ -103,6 +112,9 @@ class Tensor(_Methods):
 
     @requires_grad.setter
     def requires_grad(self, value: bool | None) -> None:
+        if value and not dtypes.is_float(self.dtype):  # else backward() would say no input requires a gradient
+            raise TypeError(f"requires_grad=True needs a floating-point Tensor, got dtype {self.dtype.name}; "
+                            "only floating-point values have gradients (cast with .float())")
         self._requires_grad = value
         if value:
             GRAD_LEAVES[id(self)] = self

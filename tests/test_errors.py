@@ -212,6 +212,8 @@ ROWS: list[Row] = [
     Row("E-shape-20", lambda: fnp.linspace(0, 1, 2.5), TypeError, E("linspace: num must be an integer, got ", ANY)),
     Row("E-shape-21", lambda: fnp.reshape(ones(2, 3), (2, -1, -1)), ValueError,
         E("reshape: only one dimension may be -1, got shape ", SHAPE)),
+    Row("E-shape-22", lambda: ones(2, 3).reshape(2.0, 3), TypeError,
+        E("reshape: the shape must be an int or a sequence of ints, got ", ANY)),
     # --- indexing ------------------------------------------------------------------------------------------
     Row("E-index-1", lambda: ones(3)[5], IndexError,
         E("index ", NUM, " is out of bounds for axis ", NUM, " with size ", NUM)),
@@ -251,6 +253,10 @@ ROWS: list[Row] = [
         E("select needs a bool predicate, got ", NAME)),
     Row("E-dtype-9", lambda: fg.random.normal(fg.random.key(0), (2,), dtype="int32"), TypeError,
         E("normal needs a floating dtype, got ", NAME)),
+    Row("E-dtype-10", lambda: Tensor([2**40]), OverflowError,
+        E("Python int ", NUM, " does not fit in ", NAME, " (range ", NUM, "..", NUM, ")")),
+    Row("E-dtype-11", lambda: Tensor(2**70), OverflowError,
+        E("Python int ", NUM, " does not fit in any funcgrad dtype (int64 or uint64)")),
     # --- axes ----------------------------------------------------------------------------------------------
     Row("E-axis-1", lambda: fnp.sum(ones(2, 3), axis=2), ValueError,
         E("axis ", NUM, " is out of bounds for an array of rank ", NUM)),
@@ -571,6 +577,9 @@ ROWS: list[Row] = [
     Row("E-autograd-3", _step_after_eager_loss, RuntimeError,
         E("backward() needs the computation that produced this Tensor, but its value was already computed (by "
           ".item(), .numpy(), print, ...), which discards it; call backward() first")),
+    Row("E-autograd-4", lambda: Tensor([1, 2], requires_grad=True), TypeError,
+        E("requires_grad=True needs a floating-point Tensor, got dtype ", NAME, "; only floating-point values have "
+          "gradients (cast with .float())")),
     # --- kernels -------------------------------------------------------------------------------------------
     Row("E-kernel-1", _kernel_compile_failure, KernelCompileError,
         E("kernel broken_one failed to compile: ", ANY)),

@@ -9,6 +9,7 @@ nothing. Functions whose output shape depends on values (``repeat`` counts, ``sp
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +37,10 @@ __all__ = ["reshape", "permute_dims", "transpose", "matrix_transpose", "expand_d
 
 
 def _resolve_shape(shape: Sequence[int] | int, size: int) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    try:
+        shape = (operator.index(shape),) if not hasattr(shape, "__iter__") else tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"reshape: the shape must be an int or a sequence of ints, got {shape!r}") from None
     unknown = [i for i, d in enumerate(shape) if d == -1]
     if len(unknown) > 1:
         raise ValueError(f"reshape: only one dimension may be -1, got shape {shape}")
