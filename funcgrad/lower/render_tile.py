@@ -34,8 +34,9 @@ LANES = 16  # float32 lanes in one 512-bit register
 CHUNK_ROWS = 96  # rows of the shared operand's other side kept in L2 while the column panels pass
 BLOCK_TERMS = 256  # reduction terms per block: a block of both operands stays in L1/L2
 TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast (and compile faster)
+MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than they gain
 VECTOR_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul"}  # column-varying operations the tile renders
-ROW, COLUMN = "m", "c"
+ROW, COLUMN, OUTER = "m", "c", "o"  # the tile's loop variables: row, column, outer row
 # (columns, rows) of the register tile, widest first; each keeps 24-28 of the 32 vector registers as
 # accumulators (6 x 64 and 8 x 48 measured ~1.3x faster than 14 x 32 on a 1024 product here)
 TILES = ((64, 6), (48, 8), (32, 14), (16, 16))  # the tile's loop variables: flattened row, column
@@ -72,7 +73,12 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     work = int(np.prod(kernel.shape)) * int(np.prod(kernel.reduce_shape))
     if columns < LANES or work < TILE_MIN_WORK:
         return None
+    if int(np.prod(kernel.reduce_shape)) < MIN_TERMS:
+        return None
     width, height = next((w, h) for w, h in TILES if columns >= w)
+    if len(kernel.shape) >= 3:  # the row axis in equal blocks (20 rows: 2 x 10, not 14 + 6)
+        blocks = -(-kernel.shape[-2] // height)
+        height = -(-kernel.shape[-2] // blocks)
     return (Opt("tile", len(kernel.shape) - 1, width), Opt("upcast", len(kernel.shape) - 2, height))
 
 
@@ -158,15 +164,21 @@ class _Tile:
         self.width, self.height, self.chunk, self.block = tile_shape(kernel)
         self.columns = kernel.shape[-1]
         self.row_count = int(np.prod(kernel.shape[:-1]))
-        # the global variables as functions of the flattened row and the column
-        table: dict[str, KExpr] = {f"g{len(kernel.shape) - 1}": var(COLUMN)}
+        # 2-D kernels tile their rows (split across threads) with a remainder of single rows; higher
+        # ranks loop over the outer rows (every axis before the last two) and tile the row axis whole,
+        # a remainder block of rows included, so a row's address is the tile's plus a constant
+        self.nested = len(kernel.shape) >= 3
+        self.row_extent = kernel.shape[-2]
+        table: dict[str, KExpr] = {f"g{len(kernel.shape) - 1}": var(COLUMN), f"g{len(kernel.shape) - 2}": var(ROW)}
         stride = 1
-        for axis in reversed(range(len(kernel.shape) - 1)):
-            index = alu("div", var(ROW), const(stride, INDEX)) if stride > 1 else var(ROW)
+        for axis in reversed(range(len(kernel.shape) - 2)):
+            index = alu("div", var(OUTER), const(stride, INDEX)) if stride > 1 else var(OUTER)
             if axis > 0:
                 index = alu("rem", index, const(kernel.shape[axis], INDEX))
             table[f"g{axis}"] = index
             stride *= kernel.shape[axis]
+        if self.nested:
+            self.chunk = self.row_extent
         memo: dict[KExpr, KExpr] = {}
         assert kernel.reduce_expr is not None
         self.reduce_expr = _replace(kernel.reduce_expr, table, memo)
@@ -192,14 +204,21 @@ class _Tile:
     def render(self) -> None:
         b = self.b
         entry = len(b.lines)
-        inner = int(np.prod(self.kernel.shape[1:-1]))
-        b.emit(f"%tile.lo = mul i64 %start, {inner}\n%tile.hi = mul i64 %end, {inner}")
-        chunk = self.loop_name("chunk")
-        b.open_loop(chunk, "%tile.lo", "%tile.hi")
-        after = b.instantiate("{out} = add i64 %" + chunk + ", " + str(self.chunk))
-        short = b.instantiate("{out} = icmp slt i64 {x}, %tile.hi", x=after)
-        self.chunk_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 %tile.hi", c=short, x=after)
-        self.chunk_start = f"%{chunk}"
+        if self.nested:
+            inner = int(np.prod(self.kernel.shape[1:-2]))
+            b.emit(f"%tile.lo = mul i64 %start, {inner}\n%tile.hi = mul i64 %end, {inner}")
+            outer = self.loop_name("outer")
+            b.open_loop(outer, "%tile.lo", "%tile.hi")
+            b.var_names[OUTER] = outer
+            self.chunk_start, self.chunk_end = "0", str(self.row_extent)
+        else:
+            b.emit("%tile.lo = add i64 %start, 0\n%tile.hi = add i64 %end, 0")
+            chunk = outer = self.loop_name("chunk")
+            b.open_loop(chunk, "%tile.lo", "%tile.hi")
+            after = b.instantiate("{out} = add i64 %" + chunk + ", " + str(self.chunk))
+            short = b.instantiate("{out} = icmp slt i64 {x}, %tile.hi", x=after)
+            self.chunk_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 %tile.hi", c=short, x=after)
+            self.chunk_start = f"%{chunk}"
         full = self.columns - self.columns % self.width
         if full:
             column = self.loop_name("col")
@@ -209,7 +228,8 @@ class _Tile:
         tail = self.columns - full
         if tail:
             self.panel(str(full), -(-tail // LANES), tail % LANES)
-        b.close_loop(chunk, self.chunk)
+        b.close_loop(outer, 1 if self.nested else self.chunk)
+        b.var_names.pop(OUTER, None)
         b.lines[entry:entry] = ["  " + line for line in self.allocas]
 
     def panel(self, column: str, vectors: int, masked_lanes: int) -> None:
@@ -237,23 +257,35 @@ class _Tile:
         after = b.instantiate("{out} = add i64 %" + block + ", " + str(self.block))
         short = b.instantiate("{out} = icmp slt i64 {x}, " + str(extent), x=after)
         block_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 " + str(extent), c=short, x=after)
-        height = min(self.height, max(1, self.row_count))
-        row = self.loop_name("row")
-        limit = b.instantiate("{out} = sub i64 " + self.chunk_end + ", " + str(height - 1))
-        b.open_loop(row, self.chunk_start, limit)
-        self.micro(row, column, height, vectors, mask, f"%{block}", block_end, buffer, stride)
-        b.close_loop(row, height)
-        if height > 1:
-            done, rest = b.fresh(), self.loop_name("rest")
-            b.emit(f"{done} = load i64, ptr %{row}.addr")
-            b.open_loop(rest, done, self.chunk_end)
-            self.micro(rest, column, 1, vectors, mask, f"%{block}", block_end, buffer, stride)
-            b.close_loop(rest)
+        arguments = (column, vectors, mask, f"%{block}", block_end, buffer, stride)
+        if self.nested:  # whole blocks of rows, then one block of the remaining rows
+            height = min(self.height, self.row_extent)
+            whole = self.row_extent - self.row_extent % height
+            row = self.loop_name("row")
+            b.open_loop(row, "0", str(whole))
+            self.micro(row, height, *arguments)
+            b.close_loop(row, height)
+            if whole < self.row_extent:
+                last = b.instantiate("{out} = add i64 0, " + str(whole))
+                self.micro(last[1:], self.row_extent - whole, *arguments)
+        else:  # blocks of rows, then single rows (a thread's share need not divide evenly)
+            height = min(self.height, max(1, self.row_count))
+            row = self.loop_name("row")
+            limit = b.instantiate("{out} = sub i64 " + self.chunk_end + ", " + str(height - 1))
+            b.open_loop(row, self.chunk_start, limit)
+            self.micro(row, height, *arguments)
+            b.close_loop(row, height)
+            if height > 1:
+                done, rest = b.fresh(), self.loop_name("rest")
+                b.emit(f"{done} = load i64, ptr %{row}.addr")
+                b.open_loop(rest, done, self.chunk_end)
+                self.micro(rest, 1, *arguments)
+                b.close_loop(rest)
         b.close_loop(block, self.block)
         width = stride - ((LANES - masked_lanes) % LANES if masked_lanes else 0)
         self.epilogue(column, width, buffer, stride)
 
-    def micro(self, row: str, column: str, height: int, vectors: int, mask: str | None, low: str, high: str,
+    def micro(self, row: str, height: int, column: str, vectors: int, mask: str | None, low: str, high: str,
               buffer: str, stride: int) -> None:
         """One register tile: ``height`` rows from ``%row``, ``vectors`` vectors from ``column``, the
         first reduction loop over [low, high); the sums are added into ``buffer``."""
@@ -354,9 +386,15 @@ class _Tile:
         offset = b.instantiate("{out} = add i64 {x}, {y}", x=offset, y=local_column)
         slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
         b.acc_value = b.instantiate("{out} = load float, ptr {p}", p=slot)
-        flat = attrs.evolve(kernel, shape=(self.row_count, self.columns), outputs=self.outputs,
-                            reduce_shape=(), reduce_op=None, reduce_expr=None, opts=None)
-        _store_outputs(b, flat, [ROW, COLUMN])
+        if self.nested:
+            outer_rows = self.row_count // self.row_extent
+            flat = attrs.evolve(kernel, shape=(outer_rows, self.row_extent, self.columns), outputs=self.outputs,
+                                reduce_shape=(), reduce_op=None, reduce_expr=None, opts=None)
+            _store_outputs(b, flat, [OUTER, ROW, COLUMN])
+        else:
+            flat = attrs.evolve(kernel, shape=(self.row_count, self.columns), outputs=self.outputs,
+                                reduce_shape=(), reduce_op=None, reduce_expr=None, opts=None)
+            _store_outputs(b, flat, [ROW, COLUMN])
         b.acc_value = None
         b.close_loop(out_column)
         b.close_loop(out_row)
