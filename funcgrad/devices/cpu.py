@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
@@ -39,6 +40,7 @@ import numpy as np
 from funcgrad.debug import debug_level
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import optimize
+from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
 from funcgrad.lower.render_llvm import external_symbols, llvm_function_name, render_llvm
 
 __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PARALLEL_MIN_WORK"]
@@ -304,6 +306,7 @@ class CompiledKernel:
         self.source = source
         self.origin = origin
         self.compile_seconds = seconds
+        self.cache_token: tuple[str, str, Any] | None = None  # (source, disk key, opts): how a stored plan finds it
         self.address = address
         buffers = len(kernel.out_avals) + len(kernel.in_avals)
         self.function = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * buffers), ctypes.c_int64, ctypes.c_int64)(address)
@@ -382,6 +385,9 @@ class CPUDevice:
         self.disk_cache = DiskCache(cache_dir)
         self.memory_cache: dict[str, CompiledKernel] = {}
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+        # whole plans beside the object code (funcgrad.lower.plan); FUNCGRAD_PLAN_CACHE=0 turns it off
+        self.plan_cache = None if os.environ.get("FUNCGRAD_PLAN_CACHE") == "0" else \
+            PlanDiskCache(self.disk_cache.folder.parent / "plans", self._plan_fingerprint)
 
     def render(self, kernel: Kernel) -> str:
         """The kernel's LLVM IR text (what ``compile`` compiles and what DEBUG=4 prints), with the
@@ -392,31 +398,28 @@ class CPUDevice:
             raise KernelCompileError(f"kernel {kernel.name} cannot be rendered for the CPU: {error}") from error
 
     def compile(self, kernel: Kernel) -> CompiledKernel:
+        started = time.perf_counter()
         try:
             kernel = optimize(kernel)  # heuristics, a stored BEAM choice, or a search when BEAM is set
         except ValueError as error:
             raise KernelCompileError(f"kernel {kernel.name} cannot be optimised for the CPU: {error}") from error
+        PHASE_SECONDS["optimize"] += time.perf_counter() - started
+        started = time.perf_counter()
         source = self.render(kernel)
+        PHASE_SECONDS["render"] += time.perf_counter() - started
         if debug_level() >= 4:
             print(f"--- LLVM source of kernel {kernel.name} ---\n{source}", file=sys.stderr)
         level = optimization_level(kernel)
         if level != 3:
             source += f"\n; speed level {level}\n"  # a different binary: keep it apart in the caches
-        cached = self.memory_cache.get(source)
+        cached = self._from_memory(kernel, source)
         if cached is not None:
-            self.stats["memory_hits"] += 1
-            return cached if cached.kernel == kernel else CompiledKernel(kernel, source, cached.address, "memory", 0.0)
+            return cached
         started = time.perf_counter()
         target = host_target()
         function_name = llvm_function_name(kernel)
         key = self.disk_cache.key(source)
-        origin, engine, address = "disk", None, 0
-        object_code = self.disk_cache.load(key)
-        if object_code is not None:
-            try:
-                engine, address = target.load(object_code, function_name)
-            except RuntimeError:
-                engine = None  # a checksummed entry LLVM still rejects: rebuild it
+        origin, (engine, address) = "disk", self._load_object(key, function_name)
         if engine is None:
             origin = "compiled"
             try:
@@ -429,7 +432,61 @@ class CPUDevice:
             self.disk_cache.store(key, object_code)
         _LIVE_ENGINES.append(engine)
         self.stats["disk_hits" if origin == "disk" else "compiled"] += 1
+        PHASE_COUNTS["kernels_from_disk" if origin == "disk" else "kernels_compiled"] += 1
+        PHASE_SECONDS["llvm"] += time.perf_counter() - started
         compiled = CompiledKernel(kernel, source, address, origin, time.perf_counter() - started)
+        compiled.cache_token = (source, key, kernel.opts)
+        self.memory_cache[source] = compiled
+        return compiled
+
+    def _from_memory(self, kernel: Kernel, source: str) -> CompiledKernel | None:
+        cached = self.memory_cache.get(source)
+        if cached is None:
+            return None
+        self.stats["memory_hits"] += 1
+        if cached.kernel == kernel:
+            return cached
+        compiled = CompiledKernel(kernel, source, cached.address, "memory", 0.0)
+        compiled.cache_token = cached.cache_token
+        return compiled
+
+    def _load_object(self, key: str, function_name: str) -> tuple[llvm.ExecutionEngine | None, int]:
+        """The disk cache's object code for ``key`` linked into an engine, or (None, 0)."""
+        object_code = self.disk_cache.load(key)
+        if object_code is None:
+            return None, 0
+        try:
+            return host_target().load(object_code, function_name)
+        except RuntimeError:
+            return None, 0  # a checksummed entry LLVM still rejects: rebuild it
+
+    def _plan_fingerprint(self) -> str:
+        """What a stored plan depends on besides its IR: the host CPU, and the BEAM choices on disk
+        (a new one, added to the folder, changes its time: plans then rebuild and use it)."""
+        try:
+            beam = (self.disk_cache.folder.parent / "beam").stat().st_mtime_ns
+        except OSError:
+            beam = 0
+        return f"{host_target().fingerprint}\nbeam choices {beam}"
+
+    def load_cached(self, kernel: Kernel, token: Any) -> CompiledKernel | None:
+        """The kernel a stored plan names by ``token`` (a ``cache_token``), from memory or the disk
+        cache without optimising, rendering or compiling; None when its object code is gone."""
+        source, key, opts = token
+        kernel = attrs.evolve(kernel, opts=opts)  # as compile optimised it
+        cached = self._from_memory(kernel, source)
+        if cached is not None:
+            return cached
+        started = time.perf_counter()
+        engine, address = self._load_object(key, llvm_function_name(kernel))
+        if engine is None:
+            return None
+        _LIVE_ENGINES.append(engine)
+        self.stats["disk_hits"] += 1
+        PHASE_COUNTS["kernels_from_disk"] += 1
+        PHASE_SECONDS["llvm"] += time.perf_counter() - started
+        compiled = CompiledKernel(kernel, source, address, "disk", time.perf_counter() - started)
+        compiled.cache_token = (source, key, opts)
         self.memory_cache[source] = compiled
         return compiled
 

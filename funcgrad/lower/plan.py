@@ -11,14 +11,29 @@ True``, e.g. OpenCL) also provides ``upload(array)``, ``allocate(aval)``, ``down
 aval)`` and kernels with ``launch(input_buffers, output_buffers)``: its plan copies the inputs in
 once, keeps intermediates on the device, downloads only what a host step reads and the outputs.
 A device with ``compile_many(kernels)`` compiles a plan's kernels together (one OpenCL program).
+
+A device with a ``plan_cache`` (a ``PlanDiskCache``; the CPU has one) also keeps whole plans on
+disk, so a second process skips scheduling, rendering and LLVM: the steps are pickled with every
+variable replaced by its number, and each kernel by its ``cache_token`` (the device's disk key of
+the object code), which ``device.load_cached(kernel, token)`` turns back into a compiled kernel.
+``PHASE_SECONDS`` and ``PHASE_COUNTS`` add up where plan building spends its time (DEBUG=2 prints
+one line per plan built or loaded).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import io
+import os
+import pickle
 import sys
+import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
@@ -26,7 +41,7 @@ import numpy as np
 
 from funcgrad import nan_check
 from funcgrad.debug import debug_level
-from funcgrad.ir.core import IR, Literal
+from funcgrad.ir.core import IR, Literal, Var
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
 
@@ -92,14 +107,24 @@ class KernelInfo:
 class Plan:
     """The compiled form of one IR: kernels (compiled for ``device``) and host steps, in order."""
 
-    def __init__(self, ir: IR, device: Device) -> None:
+    def __init__(self, ir: IR, device: Device, restored: tuple[list[Step], list[Any]] | None = None) -> None:
+        """Schedule and compile ``ir``; or, with ``restored`` (steps and their compiled kernels, from
+        ``PlanDiskCache.load``), take those instead."""
+        started = time.perf_counter()
         self.ir = inline_calls(ir)  # the outputs of calls are renamed when their bodies are inlined
         self.device = device
-        self.steps: list[Step] = schedule(self.ir)
+        self.steps: list[Step] = schedule(self.ir) if restored is None else restored[0]
+        if restored is None:
+            PHASE_SECONDS["schedule"] += time.perf_counter() - started
         kernel_steps = [step for step in self.steps if isinstance(step, KernelStep)]
         self.kernels = [step.kernel for step in kernel_steps]
         compile_many = getattr(device, "compile_many", None)
-        compiled = compile_many(self.kernels) if compile_many is not None else [device.compile(k) for k in self.kernels]
+        if restored is not None:
+            compiled = restored[1]
+        elif compile_many is not None:
+            compiled = compile_many(self.kernels)
+        else:
+            compiled = [device.compile(k) for k in self.kernels]
         self.compiled = {id(step): kernel for step, kernel in zip(kernel_steps, compiled)}
         self.resident = bool(getattr(device, "resident", False))
         self.release_after = _last_uses(self.ir, self.steps)
@@ -256,6 +281,227 @@ def _run_host(step: HostStep, env: dict[int, np.ndarray]) -> str:
     return f"host {eqn.primitive.name}"
 
 
+# --- where building plans spends its time ---------------------------------------------------------
+
+# Seconds over the whole process: trace (jit), schedule (inline calls, lower convolutions, fuse),
+# optimize (choosing each kernel's opts, BEAM included), render (kernel -> device source), llvm
+# (source -> object code -> loaded function, disk hits included), plan_load / plan_store (the plan
+# disk cache's own reading, checking and writing).
+PHASE_SECONDS: dict[str, float] = dict.fromkeys(
+    ("trace", "schedule", "optimize", "render", "llvm", "plan_load", "plan_store"), 0.0)
+PHASE_COUNTS: dict[str, int] = dict.fromkeys(
+    ("plans_built", "plans_loaded", "kernels_compiled", "kernels_from_disk"), 0)
+_trace_not_reported = [0.0]  # traced since the last DEBUG=2 plan line
+
+
+def record_trace(seconds: float) -> None:
+    """jit reports the time of each trace here; DEBUG=2 shows it on the next plan's line."""
+    PHASE_SECONDS["trace"] += seconds
+    _trace_not_reported[0] += seconds
+
+
+def reset_phases() -> None:
+    """Zero ``PHASE_SECONDS`` and ``PHASE_COUNTS`` (benchmarks measure one workload at a time)."""
+    PHASE_SECONDS.update(dict.fromkeys(PHASE_SECONDS, 0.0))
+    PHASE_COUNTS.update(dict.fromkeys(PHASE_COUNTS, 0))
+    _trace_not_reported[0] = 0.0
+
+
+def _report_plan(plan: Plan, loaded: bool, seconds: dict[str, float], counts: dict[str, int]) -> None:
+    """DEBUG=2's line for one plan: what building it cost, phase by phase, since ``seconds``."""
+    spent = {name: (PHASE_SECONDS[name] - seconds[name]) * 1e3 for name in PHASE_SECONDS}
+    made = {name: PHASE_COUNTS[name] - counts[name] for name in PHASE_COUNTS}
+    trace, _trace_not_reported[0] = _trace_not_reported[0] * 1e3, 0.0
+    hosts = sum(isinstance(step, HostStep) for step in plan.steps)
+    how = "loaded from the plan cache" if loaded else "built"
+    print(f"plan {how}: {len(plan.kernels)} kernels, {hosts} host steps | trace {trace:.1f} ms, "
+          f"schedule {spent['schedule']:.1f} ms, optimize {spent['optimize']:.1f} ms, render {spent['render']:.1f} ms, "
+          f"llvm {spent['llvm']:.1f} ms "
+          f"({made['kernels_compiled']} compiled, {made['kernels_from_disk']} from disk), "
+          f"plan cache load {spent['plan_load']:.1f} ms, store {spent['plan_store']:.1f} ms", file=sys.stderr)
+
+
+# --- whole plans on disk ------------------------------------------------------------------------------
+
+PLAN_CACHE_FORMAT = "funcgrad-plan-v1"
+_PLAN_MAGIC = b"FGPLAN1\n"
+_CHECKSUM_BYTES = 32
+# Settings that change what an IR compiles to (the kernel optimiser's), besides funcgrad's own code.
+_SETTINGS_THAT_CHANGE_CODE = ("BEAM", "NOOPT")
+_SETTINGS_THAT_DO_NOT = ("FUNCGRAD_CACHE", "FUNCGRAD_DATA", "FUNCGRAD_PLAN_CACHE")
+
+
+@functools.cache
+def code_version() -> str:
+    """funcgrad's version and a digest of its source files: a plan made by other code is stale
+    (the version number alone does not change when the scheduler does)."""
+    import funcgrad
+    root = Path(funcgrad.__file__).parent
+    digest = hashlib.sha256(funcgrad.__version__.encode())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{funcgrad.__version__}+{digest.hexdigest()[:16]}"
+
+
+def _boundary(ir: IR) -> list[Var]:
+    """The variables a plan shares with its caller, in a fixed order: inputs, consts, outputs."""
+    return [*ir.in_vars, *ir.const_vars, *(atom for atom in ir.outputs if isinstance(atom, Var))]
+
+
+class _NumberingPickler(pickle.Pickler):
+    """Pickles steps with each variable written as (number, aval): numbers follow first use,
+    starting with the boundary, so an equal IR in another process maps onto them."""
+
+    def __init__(self, file: io.BytesIO, boundary: Sequence[Var]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.numbers: dict[int, int] = {}
+        for var in boundary:
+            self.numbers.setdefault(id(var), len(self.numbers))
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, Var):
+            return (self.numbers.setdefault(id(obj), len(self.numbers)), obj.aval)
+        return None
+
+
+class _NumberingUnpickler(pickle.Unpickler):
+    """The reverse of ``_NumberingPickler``: boundary numbers become the caller's variables (their
+    avals must agree), every other number a fresh variable."""
+
+    def __init__(self, file: io.BytesIO, boundary: Sequence[Var]) -> None:
+        super().__init__(file)
+        self.variables: dict[int, Var] = {}
+        seen: set[int] = set()
+        for var in boundary:
+            if id(var) not in seen:
+                seen.add(id(var))
+                self.variables[len(self.variables)] = var
+
+    def persistent_load(self, pid: Any) -> Var:
+        number, aval = pid
+        var = self.variables.get(number)
+        if var is None:
+            var = self.variables[number] = Var(aval)
+        elif var.aval != aval:
+            raise pickle.UnpicklingError(f"variable {number} is {aval} in the entry but {var.aval} here")
+        return var
+
+
+def _read_checked(path: Path) -> bytes | None:
+    """The payload of a file written by ``_write_checked``, or None when it is missing or damaged."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    header = len(_PLAN_MAGIC) + _CHECKSUM_BYTES + 8
+    if len(data) < header or not data.startswith(_PLAN_MAGIC):
+        return None
+    checksum = data[len(_PLAN_MAGIC):len(_PLAN_MAGIC) + _CHECKSUM_BYTES]
+    length = int.from_bytes(data[header - 8:header], "little")
+    payload = data[header:]
+    if len(payload) != length or hashlib.sha256(payload).digest() != checksum:
+        return None
+    return payload
+
+
+def _write_checked(path: Path, payload: bytes) -> None:
+    """Write magic, checksum, length and payload atomically (temporary file, ``os.replace``). No
+    fsync: a file a crash leaves damaged fails its checksum and is rebuilt."""
+    entry = _PLAN_MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".plan")
+    except OSError:
+        return
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(entry)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+class PlanDiskCache:
+    """Compiled plans on disk, one checksummed file per (IR structure, device and its fingerprint,
+    funcgrad's code version, code-changing settings). A missing, unreadable, corrupt or stale entry
+    reads as a miss and is rebuilt, never trusted. Entries are pickles: the folder is trusted as the
+    object code beside it is.
+
+    >>> cache = PlanDiskCache(Path.home() / ".cache/funcgrad/plans", lambda: "my-cpu")  # doctest: +SKIP
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], fingerprint: Callable[[], str]) -> None:
+        self.folder = Path(folder)
+        self.fingerprint = fingerprint
+        self.stats = {"loaded": 0, "stored": 0, "rejected": 0}
+
+    def header(self, structure: str, device_name: str) -> tuple[str, ...]:
+        settings = sorted((name, value) for name, value in os.environ.items()
+                          if name in _SETTINGS_THAT_CHANGE_CODE
+                          or (name.startswith("FUNCGRAD_") and name not in _SETTINGS_THAT_DO_NOT
+                              and not name.endswith("_CACHE_SIZE")))
+        return (PLAN_CACHE_FORMAT, code_version(), device_name, self.fingerprint(), repr(settings),
+                hashlib.sha256(structure.encode()).hexdigest())
+
+    def path(self, header: Sequence[str]) -> Path:
+        return self.folder / f"{hashlib.sha256(chr(0).join(header).encode()).hexdigest()}.plan"
+
+    def load(self, structure: str, ir: IR, device: Any) -> Plan | None:
+        """The plan stored for ``ir`` (whose ``structure_key`` is ``structure``), its kernels loaded
+        through ``device.load_cached`` (one whose object code is gone is compiled again); None on a miss."""
+        started = time.perf_counter()
+        header = self.header(structure, device.name)
+        path = self.path(header)
+        payload = _read_checked(path)
+        if payload is None:
+            self.stats["rejected"] += path.exists()
+            PHASE_SECONDS["plan_load"] += time.perf_counter() - started
+            return None
+        inlined = inline_calls(ir)
+        try:
+            stored_header, steps, tokens = _NumberingUnpickler(io.BytesIO(payload), _boundary(inlined)).load()
+            kernel_steps = [step for step in steps if isinstance(step, KernelStep)]
+            usable = tuple(stored_header) == header and len(tokens) == len(kernel_steps) \
+                and all(isinstance(step, (KernelStep, HostStep)) for step in steps)
+        except Exception:  # noqa: BLE001 - any damage the checksum let through reads as a miss
+            usable = False
+        PHASE_SECONDS["plan_load"] += time.perf_counter() - started
+        if not usable:
+            self.stats["rejected"] += 1
+            return None
+        compiled = []
+        for step, token in zip(kernel_steps, tokens):
+            kernel = device.load_cached(step.kernel, token)
+            compiled.append(kernel if kernel is not None else device.compile(step.kernel))
+        self.stats["loaded"] += 1
+        return Plan(inlined, device, (list(steps), compiled))
+
+    def store(self, structure: str, plan: Plan) -> bool:
+        """Write ``plan``; False (nothing written) when a kernel has no cache token or a step
+        cannot be pickled (a host step holding a local function, say)."""
+        started = time.perf_counter()
+        try:
+            tokens = [getattr(plan.compiled[id(step)], "cache_token", None)
+                      for step in plan.steps if isinstance(step, KernelStep)]
+            if any(token is None for token in tokens):
+                return False
+            header = self.header(structure, plan.device.name)
+            buffer = io.BytesIO()
+            try:
+                _NumberingPickler(buffer, _boundary(plan.ir)).dump((header, plan.steps, tokens))
+            except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+                return False
+            _write_checked(self.path(header), buffer.getvalue())
+            self.stats["stored"] += 1
+            return True
+        finally:
+            PHASE_SECONDS["plan_store"] += time.perf_counter() - started
+
+
+# --- the plan cache ------------------------------------------------------------------------------------
+
+# (device name, IR structure) -> plan; each holds its compiled kernels (and so their code) alive
 _PLANS: OrderedDict[tuple[str, str], Plan] = OrderedDict()
 MAX_CACHED_PLANS = 1024
 
@@ -266,21 +512,33 @@ def structure_key(ir: IR) -> str:
 
 
 def compile_plan(ir: IR, device: Device) -> Plan:
-    """The plan for ``ir`` on ``device``, from the cache when an equal IR was compiled before.
+    """The plan for ``ir`` on ``device``, from the cache when an equal IR was compiled before (in
+    this process, or on disk when the device has a ``plan_cache``).
 
     The plan's IR has no consts: pass them as leading inputs (``IR`` with consts are opened).
     """
     if nan_check.active_checks():  # a cached plan's IR holds another graph's source lines
         return Plan(ir, device)
-    key = (device.name, structure_key(ir))
+    structure = structure_key(ir)
+    key = (device.name, structure)
     plan = _PLANS.get(key)
+    if plan is not None:
+        _PLANS.move_to_end(key)
+        return plan
+    seconds, counts = dict(PHASE_SECONDS), dict(PHASE_COUNTS)
+    disk: PlanDiskCache | None = getattr(device, "plan_cache", None)
+    plan = disk.load(structure, ir, device) if disk is not None else None
+    loaded = plan is not None
     if plan is None:
         plan = Plan(ir, device)
-        _PLANS[key] = plan
-        if len(_PLANS) > MAX_CACHED_PLANS:
-            _PLANS.popitem(last=False)
-    else:
-        _PLANS.move_to_end(key)
+        if disk is not None:
+            disk.store(structure, plan)
+    PHASE_COUNTS["plans_loaded" if loaded else "plans_built"] += 1
+    if debug_level() >= 2:
+        _report_plan(plan, loaded, seconds, counts)
+    _PLANS[key] = plan
+    if len(_PLANS) > MAX_CACHED_PLANS:
+        _PLANS.popitem(last=False)
     return plan
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -172,11 +173,14 @@ class Jitted:
             names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in
                                                           {n % len(args) for n in self.static_argnums}], dynamic[1])
             self._explain_retrace(key, names)
+            from funcgrad.lower.plan import record_trace
             from funcgrad.random import recording_keys
+            started = time.perf_counter()
             with recording_keys() as drawn:
                 traced, out_tree, write_back, grads_in = _trace_in_place(call_with, dynamic, leaves, avals, in_tree,
                                                                          f"jit({self.name})", names)
             traced = simplify(traced)
+            record_trace(time.perf_counter() - started)  # DEBUG=2 and PHASE_SECONDS["trace"]
             _check_no_outside_grads(traced, grads_in, self.name)
             drawn_ids = {id(k) for k in drawn}
             key_positions = tuple(i for i, c in enumerate(traced.consts) if id(c) in drawn_ids)
