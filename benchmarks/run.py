@@ -313,29 +313,52 @@ def mlp_reference(inputs: dict[str, Any]) -> list[Any]:
     return [loss, *new_params, *m]
 
 
-def cnn_reference(inputs: dict[str, Any]) -> list[Any] | None:
-    """[loss, params after one step..., Adam first moments...] from PyTorch in float64; None (the check
-    is skipped) where PyTorch is not installed: there is no hand-written CNN backward to compare with."""
+CNN_PEER_FACTOR = 3.0  # a CNN result is also ok within this many times PyTorch float32's error
+
+
+def cnn_reference(inputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The float64 step from PyTorch ([loss, params after one step..., Adam first moments...]) and how
+    far PyTorch's own float32 step lands from it, per part (see cnn_compare); None (the check is
+    skipped) where PyTorch is not installed: there is no hand-written CNN backward to compare with."""
     try:
         import torch
     except ImportError:
         return None
-    prepared = torch_cnn(inputs, torch.float64)
-    return [np.asarray(a, dtype=np.float64) for a in prepared.snapshot(prepared.step())]
+    exact = torch_cnn(inputs, torch.float64)
+    values = [np.asarray(a, dtype=np.float64) for a in exact.snapshot(exact.step())]
+    single = torch_cnn(inputs, torch.float32)
+    return {"values": values, "float32_errors": _cnn_errors(single.snapshot(single.step()), values)}
 
 
-def cnn_compare(actual: list[Any], expected: list[Any] | None) -> tuple[bool | None, float | None]:
-    """As mlp_compare, but Adam's first moments (0.1 g) within 1e-3 of their largest: float32 reductions
-    over the batch's 512x20x20 positions (BatchNorm, the weight gradients) leave PyTorch's own float32
-    gradients about 1e-4 of it from float64. (None, None) when there is no reference."""
+def _cnn_parts(arrays: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    count = (len(arrays) - 1) // 2
+    return arrays[:1], arrays[1:1 + count], arrays[1 + count:]
+
+
+def _cnn_errors(actual: list[Any], expected: list[Any]) -> list[float]:
+    """Largest absolute error of the loss, the parameters and Adam's first moments."""
+    return [allclose(a, e, 0.0, 0.0)[1] for a, e in zip(_cnn_parts(actual), _cnn_parts(expected))]
+
+
+def cnn_compare(actual: list[Any], expected: dict[str, Any] | None) -> tuple[bool | None, float | None]:
+    """Each part (loss, parameters, Adam's first moments) passes within mlp_compare's tolerances
+    (moments within 1e-3 of their largest) or within CNN_PEER_FACTOR times PyTorch float32's own
+    error on the same inputs. The second rule is for batch 512, where the model is ill-conditioned:
+    float32 reductions over the batch's 512x20x20 positions (BatchNorm, the weight gradients) leave
+    PyTorch float32 itself ~2e-3 from float64. (None, None) when there is no reference."""
     if expected is None:
         return None, None
-    count = (len(expected) - 1) // 2
-    loss_ok, loss_err = allclose(actual[:1], expected[:1], 1e-4, 1e-5)
-    params_ok, params_err = allclose(actual[1:1 + count], expected[1:1 + count], 0.0, 2.1 * ADAM["lr"])
-    m_scale = max(float(np.abs(g).max()) for g in expected[1 + count:])
-    m_ok, m_err = allclose(actual[1 + count:], expected[1 + count:], 1e-3, 1e-3 * m_scale)
-    return loss_ok and params_ok and m_ok, max(loss_err, params_err, m_err)
+    values, peer_errors = expected["values"], expected["float32_errors"]
+    loss, params, moments = _cnn_parts(values)
+    m_scale = max(float(np.abs(g).max()) for g in moments)
+    tolerances = [(1e-4, 1e-5), (0.0, 2.1 * ADAM["lr"]), (1e-3, 1e-3 * m_scale)]
+    ok, worst = True, 0.0
+    for mine, wanted, (rtol, atol), peer_error in zip(_cnn_parts(actual), (loss, params, moments), tolerances,
+                                                      peer_errors):
+        close, error = allclose(mine, wanted, rtol, atol)
+        ok = ok and (close or error <= CNN_PEER_FACTOR * peer_error)
+        worst = max(worst, error)
+    return ok, worst
 
 
 def mlp_compare(actual: list[Any], expected: list[Any]) -> tuple[bool, float]:
@@ -853,20 +876,130 @@ def tinygrad_mlp_step(inputs: dict[str, Any]) -> Prepared:
     return Prepared(lambda: train_step(x, labels), snapshot)
 
 
+# --- work in a fresh process ---------------------------------------------------------------------------
+
+RSS_STEPS = 50
+
+
+def run_child(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run this script with `args` in a new Python process; its last stdout line is a JSON object."""
+    process = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
+                             timeout=600, env={**os.environ, **(env or {})})
+    if process.returncode != 0:
+        raise RuntimeError(f"child {' '.join(args)} failed: {_one_line(Exception(process.stderr[-600:]))}")
+    result: dict[str, Any] = json.loads(process.stdout.strip().splitlines()[-1])
+    return result
+
+
+def peak_rss_in_child(framework: str, inputs: dict[str, Any]) -> Prepared:
+    """`RSS_STEPS` mlp_step calls of `framework` alone in a new process (peak RSS is per process);
+    funcgrad with an empty FUNCGRAD_CACHE, so its compiler's memory counts as JAX's does."""
+    def step() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="funcgrad-bench-rss-") as cache:
+            return run_child("--rss-child", framework, *(["--quick"] if inputs["quick"] else []),
+                             env={"FUNCGRAD_CACHE": cache})
+    return Prepared(step, lambda result: result)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MB of 2^20 bytes: VmHWM, which starts afresh at exec
+    (ru_maxrss does not on Linux: a child started by a big process reports the parent's peak)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_child(framework: str, sizes: Sizes) -> dict[str, Any]:
+    """In the child: the MLP step `RSS_STEPS` times, then the peak RSS, then (after reading it, so
+    the float64 reference does not count) the first step's check."""
+    inputs = mlp_inputs(sizes)
+    prepared = globals()[f"{framework}_mlp_step"](inputs)
+    prepared = prepared if isinstance(prepared, Prepared) else Prepared(prepared)
+    first = [np.array(a, copy=True) for a in prepared.snapshot(prepared.step())]  # later steps update in place
+    for _ in range(RSS_STEPS - 1):
+        prepared.step()
+    peak_mb = peak_rss_mb()
+    ok, max_error = mlp_compare(first, mlp_reference(inputs))
+    return {"peak_mb": peak_mb, "ok": ok, "max_error": max_error}
+
+
+FIRST_STEP_CHILDREN = {"mlp_first_call": ("mlp", "funcgrad_mlp_first_call"),
+                       "cnn_first_step": ("cnn", "funcgrad_cnn_first_step")}
+
+
+def first_step_child(workload: str, sizes: Sizes) -> dict[str, Any]:
+    """In the child: funcgrad's first step of `workload` (as its row times it), and where the time
+    went (funcgrad.lower.plan.PHASE_SECONDS / PHASE_COUNTS)."""
+    from funcgrad.lower import plan
+    kind, prepare = FIRST_STEP_CHILDREN[workload]
+    inputs = mlp_inputs(sizes) if kind == "mlp" else cnn_inputs(sizes)
+    prepared = globals()[prepare](inputs)
+    step = prepared.step if isinstance(prepared, Prepared) else prepared
+    plan.reset_phases()
+    started = time.perf_counter()
+    step()
+    return {"seconds": time.perf_counter() - started, "phases": dict(plan.PHASE_SECONDS),
+            "counts": dict(plan.PHASE_COUNTS)}
+
+
+def first_steps_in_fresh_processes(names: Sequence[str], sizes: Sizes) -> dict[str, dict[str, Any]]:
+    """Each first-step workload in a new process twice, sharing one empty FUNCGRAD_CACHE: cold (it
+    compiles everything), then warm (the plan and kernel caches from the first process). --quick
+    does the MLP only (a cold CNN compiles ~100 kernels: too slow for a smoke test)."""
+    figures: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if sizes == QUICK and name == "cnn_first_step":
+            continue
+        with tempfile.TemporaryDirectory(prefix="funcgrad-bench-first-") as cache:
+            args = ["--first-step-child", name, *(["--quick"] if sizes == QUICK else [])]
+            try:
+                figures[name] = {state: run_child(*args, env={"FUNCGRAD_CACHE": cache}) for state in ("cold", "warm")}
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as error:
+                figures[name] = {"error": _one_line(error)}
+    return figures
+
+
+def phases_text(figure: dict[str, Any]) -> str:
+    """One first step's time and its breakdown, as DEBUG=2 words it."""
+    ms, counts = {k: v * 1e3 for k, v in figure["phases"].items()}, figure["counts"]
+    return (f"{figure['seconds']:.3f} s = trace {ms['trace']:.0f} + schedule {ms['schedule']:.0f} + optimize "
+            f"{ms.get('optimize', 0.0):.0f} + render {ms['render']:.0f} + llvm {ms['llvm']:.0f} ms "
+            f"({counts['kernels_compiled']} compiled, {counts['kernels_from_disk']} from disk) + plan cache "
+            f"load {ms['plan_load']:.0f} / store {ms['plan_store']:.0f} ms ({counts['plans_built']} built, "
+            f"{counts['plans_loaded']} loaded) + the rest {figure['seconds'] * 1e3 - sum(ms.values()):.0f} ms")
+
+
+def format_first_steps(figures: dict[str, dict[str, Any]]) -> str:
+    lines = ["funcgrad's first step in a fresh process (one empty FUNCGRAD_CACHE: cold, then warm from it):"]
+    for name, figure in figures.items():
+        if "error" in figure:
+            lines.append(f"  {name}: ERROR {figure['error']}")
+            continue
+        lines.append(f"  {name + '_cold':<22} {phases_text(figure['cold'])}")
+        lines.append(f"  {name + '_warm':<22} {phases_text(figure['warm'])}")
+    return "\n".join(lines)
+
+
 # --- the registry ---------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """An issue's target: funcgrad's time at most `factor` x the peer's, or (`higher_is_better`)
-    its rate at least `factor` x the peer's; with no peer, its time at most `factor` seconds."""
+    """An issue 7 (Performance) target: funcgrad's time at most `factor` x the peer's, or
+    (`higher_is_better`) its rate at least `factor` x the peer's; with no peer, its value (seconds,
+    or MB of peak RSS) under `factor`."""
 
     peer: str | None
     factor: float
     higher_is_better: bool = False
 
-    def text(self) -> str:
+    def text(self, unit: str = "s") -> str:
         if self.peer is None:
-            return f"time <= {self.factor:g} s"
+            return f"{'peak RSS' if unit == 'MB' else 'time'} < {self.factor:g} {unit}"
         return (f"GFLOP/s >= {self.factor:g}x {self.peer}" if self.higher_is_better
                 else f"time <= {self.factor:g}x {self.peer}")
 
@@ -886,6 +1019,7 @@ class Workload:
     flops: Callable[[Sizes], float] | None = None
     calls_per_repetition: Callable[[Sizes], int] = lambda sizes: 1
     first_call_only: bool = False       # time the very first call, once, instead of repetitions
+    measure: Callable[[Any], float] | None = None  # a first_call_only row's value from its output, not its time
     target: Target | None = None
     notes: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -896,7 +1030,7 @@ def matmul_workload(index: int, default_n: int) -> Workload:
         f"matmul_{default_n}", lambda s: f"{s.matmul[index]}x{s.matmul[index]} @ same",
         lambda s: matmul_inputs(s.matmul[index]), matmul_reference, _by_framework("matmul"),
         unit="GFLOP/s", tolerance=(1e-4, 1e-3), flops=lambda s: 2.0 * s.matmul[index] ** 3,
-        target=Target("jax", 0.3, higher_is_better=True) if default_n == 1024 else None)
+        target=Target("jax", 1.0, higher_is_better=True))
 
 
 def _by_framework(suffix: str) -> dict[str, Callable[[dict[str, Any]], Any]]:
@@ -909,23 +1043,23 @@ WORKLOADS: list[Workload] = [
     matmul_workload(1, 1024),
     matmul_workload(2, 2048),
     Workload("gelu", lambda s: f"{s.gelu} float32", gelu_inputs, gelu_reference, _by_framework("gelu"),
-             tolerance=(1e-5, 1e-5), target=Target("jax", 2.0),
+             tolerance=(1e-5, 1e-5), target=Target("jax", 0.5),
              notes={"torch": "F.gelu(approximate='tanh')", "tinygrad": "Tensor.gelu"}),
     Workload("softmax", lambda s: "x".join(map(str, s.softmax)) + ", last axis", softmax_inputs, softmax_reference,
-             _by_framework("softmax"), tolerance=(1e-5, 1e-8), target=Target("jax", 1.5)),
+             _by_framework("softmax"), tolerance=(1e-5, 1e-8), target=Target("jax", 0.5)),
     Workload("layernorm", lambda s: "x".join(map(str, s.layernorm)) + ", last axis, affine", layernorm_inputs,
-             layernorm_reference, _by_framework("layernorm"), tolerance=(1e-4, 1e-4), target=Target("jax", 1.5)),
+             layernorm_reference, _by_framework("layernorm"), tolerance=(1e-4, 1e-4), target=Target("jax", 0.5)),
     Workload("dispatch", lambda s: "jitted x*2+1 on (8,)", dispatch_inputs, dispatch_reference,
              _by_framework("dispatch"), unit="us/call", calls_per_repetition=lambda s: s.dispatch_calls,
-             target=Target("jax", 4.0),
+             target=Target("jax", 1.0),
              notes={"numpy": "plain x*2+1", "torch": "eager x*2+1", "tinygrad": "TinyJit"}),
     # before mlp_step: the first call must find no kernel compiled yet, on disk or in memory
     Workload("mlp_first_call", lambda s: "trace + compile + 1st step", mlp_inputs, mlp_reference,
              _by_framework("mlp_first_call"), unit="s", compare=mlp_compare, first_call_only=True,
-             notes={"funcgrad": "fresh fg.jit, empty FUNCGRAD_CACHE", "jax": "fresh jax.jit",
+             target=Target("jax", 0.5), notes={"funcgrad": "fresh fg.jit, empty FUNCGRAD_CACHE", "jax": "fresh jax.jit",
                     "numpy": "no compilation", "torch": "eager, no compilation", "tinygrad": "not measured"}),
     Workload("mlp_step", lambda s: "-".join(map(str, s.mlp)) + f", batch {s.batch}, Adam", mlp_inputs,
-             mlp_reference, _by_framework("mlp_step"), compare=mlp_compare, target=Target("jax", 3.0),
+             mlp_reference, _by_framework("mlp_step"), compare=mlp_compare, target=Target("jax", 1.0),
              notes={"funcgrad": "value_and_grad + Adam in one fg.jit", "jax": "value_and_grad + Adam in one jax.jit",
                     "numpy": "hand-written backward", "torch": "nn.Linear + torch.optim.Adam",
                     "tinygrad": "TinyJit step, nn.optim.Adam"}),
@@ -941,6 +1075,11 @@ WORKLOADS: list[Workload] = [
              notes={"funcgrad": "nn layers + nn.optim.Adam step in one fg.jit",
                     "jax": "value_and_grad + Adam in one jax.jit", "numpy": "no CNN written for NumPy",
                     "torch": "eager nn.Sequential + torch.optim.Adam", "tinygrad": "no CNN written for tinygrad here"}),
+    Workload("mlp_peak_rss", lambda s: f"{RSS_STEPS} mlp_step steps, own process", lambda s: {"quick": s == QUICK},
+             lambda inputs: None, {name: partial(peak_rss_in_child, name) for name in FRAMEWORKS}, unit="MB",
+             compare=lambda result, _: (result["ok"], result["max_error"]), first_call_only=True,
+             measure=lambda result: result["peak_mb"], target=Target(None, 100.0),
+             notes={"funcgrad": "empty FUNCGRAD_CACHE: compiles in the process"}),
 ]
 
 
@@ -1015,8 +1154,8 @@ def start_framework(workload: Workload, name: str, inputs: dict[str, Any], expec
         return result, None
     if result.ok is False:  # None: no reference to check against (said in the workload's note)
         result.status = "wrong"
-    if workload.first_call_only:
-        result.times_s.append(result.first_call_s)
+    if workload.first_call_only:  # (mlp_peak_rss records MB, not seconds: see Workload.measure)
+        result.times_s.append(workload.measure(output) if workload.measure else result.first_call_s)
         return result, None
     if result.first_call_s < 1.0:  # a call of a second or more is not sensitive to a warm-up
         running.run(running.calls)
@@ -1093,7 +1232,7 @@ def display_value(workload: Workload, sizes: Sizes, seconds: float) -> float:
     if workload.unit == "GFLOP/s":
         assert workload.flops is not None
         return workload.flops(sizes) / seconds / 1e9
-    return seconds * {"ms": 1e3, "us/call": 1e6, "s": 1.0}[workload.unit]
+    return seconds * {"ms": 1e3, "us/call": 1e6, "s": 1.0, "MB": 1.0}[workload.unit]
 
 
 def ratios(results: dict[str, Result]) -> dict[str, float | None]:
@@ -1119,7 +1258,7 @@ def target_verdict(workload: Workload, results: dict[str, Result]) -> tuple[bool
     if mine.median_s is None:
         return False, "funcgrad over its time budget"
     if peer is None:
-        met, measured = mine.median_s <= target.factor, f"{mine.median_s:.3g} s"
+        met, measured = mine.median_s < target.factor, f"{mine.median_s:.3g} {workload.unit}"
         return (False, measured + " (wrong result)") if mine.ok is False else (met, measured)
     assert peer.median_s is not None
     time_ratio = mine.median_s / peer.median_s
@@ -1160,7 +1299,7 @@ def format_report(rows: list[tuple[Workload, dict[str, Result]]], frameworks: Se
                        enumerate(zip(row, widths))) for row in table]
     lines.insert(1, "-" * len(lines[0]))
     lines.append("values: median over repetitions after warm-up (GFLOP/s: higher is better); fg/peer: funcgrad's "
-                 "time / the peer's (above 1: funcgrad slower); '!' marks a wrong result.")
+                 "time / the peer's (above 1: funcgrad slower; for MB, memory); '!' marks a wrong result.")
 
     lines += ["", "Issue targets (funcgrad vs a peer, side by side, or in seconds)" +
               (": QUICK sizes, not meaningful" if sizes == QUICK else ":")]
@@ -1168,7 +1307,8 @@ def format_report(rows: list[tuple[Workload, dict[str, Result]]], frameworks: Se
         if workload.target:
             met, measured = target_verdict(workload, results)
             verdict = "n/a" if met is None else ("met" if met else "NOT MET")
-            lines.append(f"  {workload.name:<12} {workload.target.text():<22} measured {measured:<26} {verdict}")
+            lines.append(f"  {workload.name:<14} {workload.target.text(workload.unit):<22} measured {measured:<26} "
+                         f"{verdict}")
 
     lines += ["", "How each framework runs a workload, and what went wrong:"]
     for workload, results in rows:
@@ -1198,7 +1338,7 @@ def to_json(rows: list[tuple[Workload, dict[str, Result]]], sizes: Sizes, meta: 
             entry["results"][name] = record
         if workload.target:
             met, measured = target_verdict(workload, results)
-            entry["target"] = {"text": workload.target.text(), "measured": measured, "met": met}
+            entry["target"] = {"text": workload.target.text(workload.unit), "measured": measured, "met": met}
         workloads.append(entry)
     return {"meta": meta, "workloads": workloads}
 
@@ -1213,6 +1353,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         ",".join(w.name for w in WORKLOADS))
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
                         help="comma-separated frameworks to run (funcgrad always runs)")
+    parser.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)  # mlp_peak_rss's own process
+    parser.add_argument("--first-step-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--device", default=None,
                         help="funcgrad's device (CPU, CL, CUDA, WEBGPU; default: $DEVICE, else funcgrad's default). "
                              "Software devices (PoCL, lavapipe) are measured for correctness, not speed")
@@ -1227,6 +1369,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         sys.exit(f"unknown workload(s) {sorted(unknown)}; choose from {[w.name for w in WORKLOADS]}")
     wanted = ["funcgrad", *(f for f in args.frameworks.split(",") if f in PEERS)]
+    if args.rss_child or args.first_step_child:  # one measurement in this fresh process, as a JSON line
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        sys.path.insert(0, str(REPO_ROOT))
+        result = rss_child(args.rss_child, sizes) if args.rss_child else first_step_child(args.first_step_child, sizes)
+        print(json.dumps(result, default=_json_default))
+        return 0
 
     cache = tempfile.mkdtemp(prefix="funcgrad-bench-cache-")
     os.environ["FUNCGRAD_CACHE"] = cache  # before funcgrad is imported: a first call compiles everything
@@ -1278,9 +1426,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 gc.enable()
             print(f"  {workload.name}: {time.perf_counter() - workload_start:.1f} s", flush=True)
+        first_steps = first_steps_in_fresh_processes([w.name for w in selected if w.name in FIRST_STEP_CHILDREN],
+                                                     sizes)
+        meta["first_step_fresh_process"] = first_steps
         meta["total_s"] = round(time.perf_counter() - started, 1)
         print()
         print(format_report(rows, frameworks, sizes))
+        if first_steps:
+            print()
+            print(format_first_steps(first_steps))
         print(f"\ntotal {meta['total_s']} s; results in {args.json}")
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(to_json(rows, sizes, meta), indent=1, default=_json_default) + "\n")
