@@ -24,7 +24,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import Tensor, datasets, lax, nn
-from funcgrad.devices import DeviceUnavailableError, available_devices
+from funcgrad.devices import DeviceUnavailableError, available_devices, get_device
 from funcgrad.devices.cpu import KernelCompileError
 from funcgrad.lazy import DeviceMismatchError
 from funcgrad.nn import functional as F
@@ -120,6 +120,13 @@ def _step_with_wrong_grad_shape() -> Any:
 def _default_device_from_environment() -> Any:
     with mock.patch.dict(os.environ, {"DEVICE": "TPU"}), mock.patch.object(fg.Device, "_default", None):
         return fg.Device.DEFAULT
+
+def _webgpu_over_the_binding_limit() -> Any:
+    if "WEBGPU" not in available_devices():
+        pytest.skip("WEBGPU is not available here")
+    x = fnp.arange(512.0).to("WEBGPU")
+    with mock.patch.object(get_device("WEBGPU"), "max_binding_size", 1024):  # a small device's limit
+        return (x * 2).numpy()
 
 def _mnist_missing() -> Any:
     env = {"FUNCGRAD_DATA": os.getcwd(), "XDG_CACHE_HOME": os.getcwd()}
@@ -427,6 +434,9 @@ ROWS: list[Row] = [
     Row("E-device-6", _default_device_from_environment, DeviceUnavailableError,
         E("DEVICE='TPU' (environment variable): device 'TPU' is not available: no such device (known: ", ANY,
           "); available devices: CPU", ANY)),
+    Row("E-device-7", _webgpu_over_the_binding_limit, RuntimeError,
+        E("kernel ", NAME, ": output 0 f32[512] needs a 2048-byte storage buffer, over the device's "
+          "max_storage_buffer_binding_size of 1024 bytes")),
     # --- checkpoints (funcgrad.nn.state) ---------------------------------------------------------------------
     Row("E-checkpoint-1", lambda: state.safe_load("missing.safetensors"), FileNotFoundError,
         E("[Errno 2] No such file or directory: 'missing.safetensors'")),

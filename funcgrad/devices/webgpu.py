@@ -124,7 +124,8 @@ class WebGPUKernel:
                 held = ", ".join(f"{'output' if binding.writable else 'input'} {m} "
                                  f"{(self.kernel.out_avals if binding.writable else self.kernel.in_avals)[m]}"
                                  for m in binding.members)
-                raise WebGPUError(f"kernel {self.name}: {held} need a {nbytes}-byte storage buffer, over the "
+                verb = "needs" if len(binding.members) == 1 else "need"
+                raise WebGPUError(f"kernel {self.name}: {held} {verb} a {nbytes}-byte storage buffer, over the "
                                   f"device's max_storage_buffer_binding_size of {limit} bytes")
             arrays = outputs if binding.writable else inputs
             if len(binding.members) == 1:
