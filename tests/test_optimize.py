@@ -170,6 +170,25 @@ def test_every_neighbouring_choice_matches_the_evaluator(monkeypatch: pytest.Mon
     assert checked >= 6
 
 
+@pytest.mark.parametrize("rows", [1, 3, 7])
+def test_row_blocks_of_any_height_with_any_thread_split(tmp_path: Path, rows: int) -> None:
+    """upcast k blocks k rows with a remainder loop; every block height, with axis 0 cut into any
+    number of chunks (so chunks start and end mid-block), gives the evaluator's result."""
+    for batch in (1, 3):
+        x, y = f32(batch, rows, 24), f32(batch, 24, 40)
+        inputs = [x, y] if batch > 1 else [x[0], y[0]]
+        kernel = only_kernel((lambda a, b: fnp.einsum("bij,bjk->bik", a, b)) if batch > 1 else fnp.matmul, *inputs)
+        want = evaluate_kernel(kernel, inputs)
+        device = CPUDevice(cache_dir=tmp_path)
+        axis = len(kernel.shape) - 2
+        for height in range(1, min(4, rows) + 1):
+            for chunks in sorted({1, min(3, kernel.shape[0])}):
+                choice = opts(("reorder", 0, 0), ("upcast", axis, height), ("thread", 0, chunks))
+                got = [np.full(a.shape, 7, a.dtype) for a in kernel.out_avals]
+                device.compile(attrs.evolve(kernel, opts=choice))(inputs, got)
+                np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5, err_msg=str(choice))
+
+
 def test_unroll_and_width_reach_the_llvm_metadata() -> None:
     kernel = only_kernel(lambda x: x.sum(axis=1), f32(64, 300))
     source = render_llvm(attrs.evolve(kernel, opts=opts(("unroll", 0, 4), ("vectorize", 0, 8))))

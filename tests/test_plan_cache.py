@@ -196,6 +196,21 @@ def test_a_plan_returning_an_input_and_a_literal_round_trips(fresh_process: None
         np.testing.assert_array_equal(out, want)
 
 
+def test_the_folder_keeps_the_most_recently_used_plans(fresh_process: None, monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    monkeypatch.setattr(plan_module, "MAX_PLAN_FILES", 4)
+    device = CPUDevice(cache_dir=tmp_path)
+    irs = [fg.make_ir(lambda a, k=k: a * float(k))(X) for k in range(6)]
+    for ir in irs:
+        run(ir, device, X)
+    assert device.plan_cache is not None and len(entries(tmp_path)) == 6  # checked on the first store only
+    for age, path in enumerate(entries(tmp_path)):
+        os.utime(path, (1000 + age, 1000 + age))
+    newest = entries(tmp_path)[-3:]
+    assert device.plan_cache.trim() == 3
+    assert entries(tmp_path) == newest
+
+
 def test_plan_cache_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("FUNCGRAD_PLAN_CACHE", "0")
     assert CPUDevice(cache_dir=tmp_path).plan_cache is None

@@ -329,6 +329,8 @@ _CHECKSUM_BYTES = 32
 # Settings that change what an IR compiles to (the kernel optimiser's), besides funcgrad's own code.
 _SETTINGS_THAT_CHANGE_CODE = ("BEAM", "NOOPT")
 _SETTINGS_THAT_DO_NOT = ("FUNCGRAD_CACHE", "FUNCGRAD_DATA", "FUNCGRAD_PLAN_CACHE")
+MAX_PLAN_FILES = 4096  # plans kept on disk per folder (entries are ~10 KB to a few MB)
+TRIM_EVERY = 64  # plans stored between two checks of the folder's size (the first store checks)
 
 
 @functools.cache
@@ -475,6 +477,8 @@ class PlanDiskCache:
             kernel = device.load_cached(step.kernel, token)
             compiled.append(kernel if kernel is not None else device.compile(step.kernel))
         self.stats["loaded"] += 1
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: trim keeps it
         return Plan(inlined, device, (list(steps), compiled))
 
     def store(self, structure: str, plan: Plan) -> bool:
@@ -493,10 +497,30 @@ class PlanDiskCache:
             except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
                 return False
             _write_checked(self.path(header), buffer.getvalue())
+            if self.stats["stored"] % TRIM_EVERY == 0:
+                self.trim()
             self.stats["stored"] += 1
             return True
         finally:
             PHASE_SECONDS["plan_store"] += time.perf_counter() - started
+
+    def trim(self) -> int:
+        """Keep the folder to ``MAX_PLAN_FILES`` entries: when over, delete the least recently used
+        (a load touches its file) down to three quarters of it. Returns how many were deleted."""
+        try:
+            entries = []
+            for path in self.folder.glob("*.plan"):
+                with contextlib.suppress(OSError):  # another process may delete it meanwhile
+                    entries.append((path.stat().st_mtime, path))
+        except OSError:
+            return 0
+        if len(entries) <= MAX_PLAN_FILES:
+            return 0
+        doomed = sorted(entries)[:len(entries) - MAX_PLAN_FILES * 3 // 4]
+        for _, path in doomed:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return len(doomed)
 
 
 # --- the plan cache ------------------------------------------------------------------------------------
