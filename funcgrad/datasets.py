@@ -299,6 +299,9 @@ class DataLoader:
         self._host = [t.numpy() for t in tensors]
         self._dtypes = [t.dtype for t in tensors]
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        if shuffle and key is not None and not (isinstance(key, Tensor | np.ndarray) and key.shape == (2,)
+                                                and key.dtype == np.uint32):
+            raise TypeError(f"DataLoader: key must be a PRNG key made by fg.random.key(seed), got {key!r}")
         self.key = (fr.next_key() if key is None else key) if shuffle else None
         self.epoch = 0
 

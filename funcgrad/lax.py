@@ -200,7 +200,11 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
 
     def loop_body(state: Any) -> Any:
         i, val = state
-        return i + 1, body_fun(i, val)
+        new_val = body_fun(i, val)
+        if tree.structure(new_val) != tree.structure(val):  # else while_loop's error would show the (i, carry) pair
+            raise TypeError(f"fori_loop: body_fun must return a carry of the same structure as init_val: "
+                            f"got {tree.structure(new_val)}, expected {tree.structure(val)}")
+        return i + 1, new_val
     return while_loop(loop_cond, loop_body, (lower_t, init_val))[1]
 
 

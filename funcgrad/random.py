@@ -367,6 +367,7 @@ def normal(key: ArrayLike, shape: Shape = (), dtype: Any = dtypes.float32) -> Te
     """
     key = _check_key(key, "normal")
     dtype = _float_dtype(dtype, "normal")
+    shape = _shape(shape, "normal")
     low = np.nextafter(np.asarray(-1.0, dtype), np.asarray(0.0, dtype))
     return _sqrt2_erfinv(uniform(key, shape, dtype, low, 1.0))
 

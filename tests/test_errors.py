@@ -390,6 +390,9 @@ ROWS: list[Row] = [
     Row("E-control-9", lambda: lax.fori_loop(0, 3, lambda i, c: (c, c), 0.0), TypeError,
         E("fori_loop: body_fun must return a carry of the same structure as init_val: got ", ANY, ", expected ",
           ANY)),
+    Row("E-control-10", lambda: fg.jit(lambda n: lax.fori_loop(0, n, lambda i, c: (c, c), 0.0))(fnp.array(3)),
+        TypeError, E("fori_loop: body_fun must return a carry of the same structure as init_val: got ", ANY,
+                     ", expected ", ANY)),
     # --- pytrees -------------------------------------------------------------------------------------------
     Row("E-tree-1", lambda: fg.tree.structure([1, 2]).unflatten([1]), ValueError,
         E("unflatten: ", ANY, " has ", NUM, " leaves but ", NUM, " leaves were given.")),
@@ -416,6 +419,8 @@ ROWS: list[Row] = [
           "shapes ", ANY)),
     Row("E-random-8", lambda: fg.random.fold_in(fg.random.key(0), 2**40), ValueError,
         E("fold_in: data ", NUM, " does not fit in 32 bits")),
+    Row("E-random-9", lambda: fg.random.normal(fg.random.key(0), ones(2)), TypeError,
+        E("normal: shape must be an int or a tuple of ints, got ", ANY)),
     # --- devices -------------------------------------------------------------------------------------------
     Row("E-device-1", lambda: Tensor.ones(2).to("TPU"), DeviceUnavailableError,
         E("device 'TPU' is not available: no such device (known: CPU, CL, CUDA, WEBGPU, REFERENCE); available "
@@ -512,6 +517,8 @@ ROWS: list[Row] = [
     Row("E-dataset-9", lambda: datasets.DataLoader(ones(4), ones(5), batch_size=2), ValueError,
         E("DataLoader: every array needs the same number of rows; array 0 has ", NUM, ", array ", NUM, " has ",
           NUM)),
+    Row("E-dataset-10", lambda: datasets.DataLoader(ones(4), batch_size=2, shuffle=True, key=3), TypeError,
+        E("DataLoader: key must be a PRNG key made by fg.random.key(seed), got ", ANY)),
     # --- nn layers and functions ---------------------------------------------------------------------------
     Row("E-nn-1", lambda: nn.Linear(3, 4)(ones(2, 5)), ValueError,
         E("Linear(", NUM, ", ", NUM, "): expected input with last dimension ", NUM, ", got shape ", SHAPE)),
@@ -553,6 +560,9 @@ ROWS: list[Row] = [
         E("batch_norm: training needs more than one value per channel, got input of shape ", SHAPE)),
     Row("E-nn-19", lambda: nn.init.kaiming_uniform((3,)), ValueError,
         E("fan in and fan out need a weight of rank >= 2, got shape ", SHAPE)),
+    Row("E-nn-20", lambda: F.conv1d(ones(1, 3, 8), ones(4, 2, 3)), ValueError,
+        E("conv1d: weight of shape ", SHAPE, " expects ", NUM, " input channels (groups=", NUM, "), got input of "
+          "shape ", SHAPE, " with ", NUM)),
     # --- optimisers and autograd ---------------------------------------------------------------------------
     Row("E-optim-1", lambda: optim.SGD([Tensor.ones(2)], lr=-1.0), ValueError,
         E(NAME, ": lr must be a float >= 0 or a schedule (step -> lr), got ", ANY)),
@@ -580,6 +590,7 @@ ROWS: list[Row] = [
           "nn.state.get_parameters(model)")),
     Row("E-optim-12", _step_with_wrong_grad_shape, ValueError,
         E(NAME, ".step: a parameter of shape ", SHAPE, " has a .grad of shape ", SHAPE)),
+    Row("E-optim-13", lambda: optim.step_decay(1.0, 0), ValueError, E("step_decay: step_size must be > 0, got ", ANY)),
     Row("E-autograd-1", lambda: (Tensor.ones(2, requires_grad=True) * 2).backward(), ValueError,
         E("backward() without a gradient needs a scalar loss, got shape ", SHAPE)),
     Row("E-autograd-2", lambda: (Tensor.ones(()) * 2).backward(), RuntimeError,

@@ -199,6 +199,9 @@ def conv1d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, strid
     weight = _float_tensor(weight, name, "weight")
     if weight.ndim != 3:
         raise ValueError(f"{name}: weight must be (out_channels, in_channels // groups, K), got shape {weight.shape}")
+    if x.shape[1] != weight.shape[1] * groups:  # checked here, else conv2d's message would show the inserted axis
+        raise ValueError(f"{name}: weight of shape {weight.shape} expects {weight.shape[1] * groups} input channels "
+                         f"(groups={groups}), got input of shape {x.shape} with {x.shape[1]}")
     padding2d: IntPair | str = padding if isinstance(padding, str) else (0, padding)
     out = conv2d(fnp.expand_dims(x, 2), fnp.expand_dims(weight, 2), bias, stride=(1, stride), padding=padding2d,
                  dilation=(1, dilation), groups=groups)

@@ -401,6 +401,8 @@ def piecewise_constant(boundaries: Sequence[int], values: Sequence[float]) -> Sc
 
 def step_decay(init_value: float, step_size: int, gamma: float = 0.1) -> Schedule:
     """``init_value * gamma ** (step // step_size)`` (PyTorch's StepLR)."""
+    if step_size <= 0:
+        raise ValueError(f"step_decay: step_size must be > 0, got {step_size}")
     return exponential_decay(init_value, gamma, step_size, staircase=True)
 
 
