@@ -179,3 +179,9 @@ def test_the_replay_schedules_as_a_jit_plan_does(name: str) -> None:
     entry = PROGRAMS[name]
     plan = Plan(fg.jit(entry.fn).lower(*entry.make_args()).ir, ReferenceDevice())
     assert plan.kernels == [step.kernel for step in program_steps(name) if isinstance(step, KernelStep)]
+
+
+def test_the_recordings_stay_small() -> None:
+    """Full sources make the best diffs; if they pass this, record less of them (see README.md)."""
+    total = sum(path.stat().st_size for path in RECORDINGS.glob("*/*.txt"))
+    assert total < 6_000_000, f"the replay recordings take {total / 1e6:.1f} MB"
