@@ -28,6 +28,11 @@ from funcgrad.lazy import LazyBuffer, realize
 from funcgrad.nan_check import record_sources
 
 
+def _short_repr(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
     """Convert Python/NumPy data to an array of a funcgrad dtype: float64 -> float32 and
     int64 -> int32 unless ``dtype`` asks for them (no silent 64-bit values, as in JAX)."""
@@ -40,8 +45,10 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
     if array.dtype == object and isinstance(data, int):
         raise OverflowError(f"Python int {data} does not fit in any funcgrad dtype (int64 or uint64)")
     if array.dtype == object:
-        raise TypeError(f"cannot make an array from {type(data).__name__} holding "
-                        f"{type(array.flat[0]).__name__ if array.size else 'objects'}")
+        if array.ndim == 0:  # None, a dict, a generator, ...: not a sequence of numbers at all
+            raise TypeError(f"cannot make an array from {_short_repr(data)} (a {type(data).__name__}); arrays hold "
+                            "numbers (bool, int, float) or nested lists of them")
+        raise TypeError(f"cannot make an array from {type(data).__name__} holding {type(array.flat[0]).__name__}")
     if dtype is None:
         kind = array.dtype.kind
         if kind == "f":

@@ -221,6 +221,10 @@ ROWS: list[Row] = [
         E("reshape: only one dimension may be -1, got shape ", SHAPE)),
     Row("E-shape-22", lambda: ones(2, 3).reshape(2.0, 3), TypeError,
         E("reshape: the shape must be an int or a sequence of ints, got ", ANY)),
+    Row("E-shape-23", lambda: fnp.hstack(fnp.ones(0)), ValueError,
+        E("hstack needs at least one array, got an array of shape ", SHAPE, " to unstack")),
+    Row("E-shape-24", lambda: fnp.broadcast_to(ones(3), None), TypeError,
+        E("broadcast_to: a shape must be an int or a sequence of ints, got ", ANY)),
     # --- indexing ------------------------------------------------------------------------------------------
     Row("E-index-1", lambda: ones(3)[5], IndexError,
         E("index ", NUM, " is out of bounds for axis ", NUM, " with size ", NUM)),
@@ -264,6 +268,9 @@ ROWS: list[Row] = [
         E("Python int ", NUM, " does not fit in ", NAME, " (range ", NUM, "..", NUM, ")")),
     Row("E-dtype-11", lambda: Tensor(2**70), OverflowError,
         E("Python int ", NUM, " does not fit in any funcgrad dtype (int64 or uint64)")),
+    Row("E-dtype-12", lambda: fnp.exp(None), TypeError,
+        E("cannot make an array from ", ANY, " (a ", NAME, "); arrays hold numbers (bool, int, float) or nested lists "
+          "of them")),
     # --- axes ----------------------------------------------------------------------------------------------
     Row("E-axis-1", lambda: fnp.sum(ones(2, 3), axis=2), ValueError,
         E("axis ", NUM, " is out of bounds for an array of rank ", NUM)),

@@ -8,6 +8,7 @@ combines both and binds an elementwise primitive. Python scalars reach the IR as
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -152,6 +153,7 @@ def promote(*args: ArrayLike) -> tuple[list[Any], np.dtype, bool]:
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     """NumPy's broadcasting of shapes. >>> broadcast_shapes((3, 1), (4,))  # (3, 4)"""
+    shapes = tuple(_shape_tuple(s, "broadcast_shapes") for s in shapes)
     ndim = max((len(s) for s in shapes), default=0)
     result = []
     for axis in range(ndim):
@@ -164,9 +166,19 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     return tuple(result)
 
 
+def _shape_tuple(shape: Any, name: str) -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints) as a tuple, or a TypeError naming ``name``."""
+    try:
+        if not hasattr(shape, "__iter__"):
+            return (operator.index(shape),)
+        return tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{name}: a shape must be an int or a sequence of ints, got {shape!r}") from None
+
+
 def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Tensor:
     """Broadcast ``x`` to ``shape`` following NumPy's rules (leading axes added, size-1 axes expanded)."""
-    shape = tuple(int(d) for d in shape)
+    shape = _shape_tuple(shape, "broadcast_to")
     if isinstance(x, np.generic):  # stays an inline literal when traced
         return bind(P.broadcast_in_dim_p, x, shape=shape, broadcast_dimensions=())
     x = asarray(x)

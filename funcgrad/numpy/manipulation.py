@@ -581,6 +581,8 @@ def atleast_3d(*arrays: ArrayLike) -> Tensor | list[Tensor]:
 
 def _as_sequence(arrays: Any, name: str) -> list[Tensor]:
     if isinstance(arrays, (Tensor, np.ndarray)):
+        if arrays.ndim == 0 or arrays.shape[0] == 0:
+            raise ValueError(f"{name} needs at least one array, got an array of shape {arrays.shape} to unstack")
         return list(unstack(asarray(arrays)))
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"{name} takes a list or tuple of arrays, got {type(arrays).__name__}")
