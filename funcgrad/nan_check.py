@@ -209,6 +209,8 @@ def check_step(ir: IR, step: Any, read: Callable[[Var], np.ndarray], checks: Seq
             names = "" if eqns is None else " (equations: " + ", ".join(e.primitive.name for e in eqns) + ")"
             raise FloatingPointError(f"debug_{kind.lower()}s: {label}{names} produced {_A[kind]} {kind}.{detail}")
         source = source_of(culprit) or Source(None)
+        if source.derived_from == culprit.primitive.name:  # vmap's log of log: the same operation
+            source = attrs.evolve(source, derived_from=None)
         raise FloatingPointError(
             f"debug_{kind.lower()}s: `{culprit.primitive.name}` produced {_A[kind]} {kind} from inputs without one "
             f"({label}),\n  {source.describe()}")

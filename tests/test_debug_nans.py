@@ -12,7 +12,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import config, nan_check
-from funcgrad.lower.plan import compile_plan
+from funcgrad.lower.plan import Plan, ReferenceDevice, compile_plan
 
 
 @pytest.fixture(autouse=True)
@@ -187,6 +187,27 @@ def test_vmap_keeps_the_user_line():
     with fg.debug_nans():
         message = nan_error(fg.vmap(f), fg.Tensor([[0.5], [2.0]]))
     assert "`log` produced a NaN" in message and "return fnp.log(x - 1.0)" in message
+    assert "transformation" not in message  # the batched log is the same operation
+
+
+def test_a_nan_only_the_compiled_kernel_makes_names_the_kernel():
+    """When the reference implementations compute no NaN from the same inputs, the kernel and its
+    equations are named instead (a device kernel that writes NaNs stands in for a rounding difference)."""
+    class NaNDevice(ReferenceDevice):
+        name = "NAN_TEST"
+
+        def compile(self, kernel):
+            def run(inputs, outputs):
+                for out in outputs:
+                    out[...] = np.nan
+            return run
+
+    ir = fg.make_ir(lambda x: fnp.exp(x) * 2)(fg.Tensor([1.0]))
+    with fg.debug_nans(), pytest.raises(FloatingPointError) as info:
+        Plan(ir, NaNDevice()).run([np.ones(1, np.float32)])
+    message = str(info.value)
+    assert "produced a NaN. The reference interpreter computes none there" in message
+    assert "(equations: exp, mul)" in message
 
 
 def test_seed_style_backward():
