@@ -616,3 +616,61 @@ def test_blocked_matrix_rows_handle_any_row_count(rows):
     outputs = [np.empty(av.shape, av.dtype) for av in step.kernel.out_avals]
     CPUDevice().compile(step.kernel)([a, b], outputs)
     np.testing.assert_allclose(outputs[0], np.tanh(a.astype(np.float64) @ b), rtol=1e-5, atol=1e-6)
+
+
+# --- the swap action: loop order of the output axes ----------------------------------------------
+
+def test_swapped_loops_compute_the_same_values(device: CPUDevice) -> None:
+    """A transposing read (channels-last to channels-first) with every order of its inner loops."""
+    import attrs
+
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    from funcgrad.lower.kernel import Opt
+    from funcgrad.lower.optimize import check_opts, heuristic_opts
+    from funcgrad.lower.schedule import KernelStep, inline_calls, schedule
+
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((3, 7, 9, 40)).astype(np.float32) for _ in range(2))
+    bias = rng.standard_normal(40).astype(np.float32)
+
+    def f(x, y, bias):  # noqa: ANN001, ANN202
+        return fnp.maximum(fnp.transpose(x * y, (0, 3, 1, 2)) + bias[:, None, None], 0.0)
+
+    ir = fg.make_ir(f)(x, y, bias)
+    (kernel,) = [step.kernel for step in schedule(inline_calls(ir)) if isinstance(step, KernelStep)]
+    # two large inputs are contiguous along the channels, the output along the last axis: the
+    # heuristic moves the channel loop innermost
+    assert Opt("swap", 1, 3) in heuristic_opts(kernel)
+    want = np.maximum(np.transpose(x * y, (0, 3, 1, 2)) + bias[:, None, None], 0.0)
+    for swap in (None, (1, 3), (2, 3), (1, 2)):
+        opts = () if swap is None else (Opt("swap", *swap),)
+        check_opts(kernel, opts)
+        out = np.empty(want.shape, np.float32)
+        device.compile(attrs.evolve(kernel, opts=opts))([x, y, bias], [out])
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="axis 0 stays outermost"):
+        check_opts(kernel, (Opt("swap", 0, 3),))
+    with pytest.raises(ValueError, match="reorder"):
+        check_opts(kernel, (Opt("swap", 1, 3), Opt("reorder")))
+    np.testing.assert_array_equal(np.asarray(fg.jit(f)(x, y, bias)), want)
+
+
+def test_swap_with_a_short_reduction(device: CPUDevice) -> None:
+    """Max-pooling of a channels-last array read in channels-first order: the 2 x 2 window is
+    unrolled, the channel loop innermost."""
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    from funcgrad.lower.kernel import Opt
+    from funcgrad.lower.optimize import heuristic_opts
+
+    x = np.random.default_rng(7).standard_normal((4, 16, 12, 32)).astype(np.float32)
+
+    def pool(x):  # noqa: ANN001, ANN202
+        nchw = fnp.transpose(x, (0, 3, 1, 2))
+        return fnp.max(nchw.reshape(4, 32, 8, 2, 6, 2), axis=(3, 5))
+
+    (info,) = fg.jit(pool).lower(x).kernels
+    assert Opt("swap", 1, 3) in heuristic_opts(info.kernel)
+    want = np.transpose(x, (0, 3, 1, 2)).reshape(4, 32, 8, 2, 6, 2).max(axis=(3, 5))
+    np.testing.assert_array_equal(np.asarray(fg.jit(pool)(x)), want)

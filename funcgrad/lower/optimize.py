@@ -55,6 +55,7 @@ UPCASTS = (1, 2, 4)
 UNROLLS = (1, 2, 4, 8)
 WIDTHS = (0, 1, 4, 8, 16)
 TIMING_RUNS = 3
+SLOW_CANDIDATE = 3.0  # a candidate whose first run takes this many times the best so far is not timed further
 
 
 def canonical(opts: Sequence[Opt]) -> tuple[Opt, ...]:
@@ -99,12 +100,49 @@ def heuristic_opts(kernel: Kernel, tile: bool = True) -> tuple[Opt, ...]:
             opts.append(Opt("upcast", len(kernel.shape) - 2, ROW_BLOCK))
         if kernel.shape[-1] < SHORT_ROW and kernel.shape[-1] % 16 != 0:
             opts.append(Opt("vectorize", 0, 0))
+    if "reorder" not in {opt.action for opt in opts}:
+        opts += _innermost_swap(kernel)
     split = partial_sum_split(kernel, accumulator_dtype(acc_dtype)) if acc_dtype is not None else None
     if split is not None:
         opts.append(Opt("split", split))
     if threads > 1:
         opts.append(Opt("thread", 0, threads))
     return canonical(opts)
+
+
+SWAP_MAX_REDUCE = 16  # a reduction this short is unrolled away, leaving the output loop innermost
+SMALL_BUFFER = 1 << 14  # bytes: a buffer this small stays in L1 whatever the loop order
+
+
+def _innermost_swap(kernel: Kernel) -> list[Opt]:
+    """A ``swap`` that puts innermost the output axis along which more large buffers are contiguous
+    (loads with stride 1, counted once per reduction step, and the outputs, contiguous along the last
+    axis; a tie keeps the order), or nothing. A channels-last
+    convolution's result read in NCHW order (bias + ReLU, pooling) otherwise walks memory with a
+    stride of the channel count."""
+    from funcgrad.lower.kernel import _affine, var
+    from funcgrad.lower.render_llvm import _loads
+    rank = len(kernel.shape)
+    if rank < 3 or int(np.prod(kernel.reduce_shape)) > SWAP_MAX_REDUCE:
+        return []
+    roots = [e for e in (*kernel.outputs, kernel.reduce_expr) if e is not None]
+    found: list[Any] = []
+    seen: set[int] = set()
+    for root in roots:
+        _loads(root, found, seen)
+    votes = [0] * rank
+    repeats = max(1, int(np.prod(kernel.reduce_shape)))  # a window's loads run once per window element
+    for load in {(e.arg, e.args[0]) for e in found}:
+        aval = kernel.in_avals[load[0]]
+        if int(np.prod(aval.shape)) * aval.dtype.itemsize <= SMALL_BUFFER:
+            continue
+        terms = _affine(load[1]) or {}
+        for axis in range(1, rank):
+            if terms.get(var(f"g{axis}")) == 1:
+                votes[axis] += repeats
+    votes[rank - 1] += len(kernel.outputs)  # every output is stored contiguously along the last axis
+    best = max(range(1, rank), key=lambda axis: (votes[axis], axis == rank - 1))
+    return [] if best == rank - 1 else [Opt("swap", best, rank - 1)]
 
 
 # --- validity -------------------------------------------------------------------------------------
@@ -138,6 +176,12 @@ def check_opts(kernel: Kernel, opts: Sequence[Opt]) -> None:
                 fail(opt, f"the last output axis ({kernel.shape[-1]}) must be 1..{MAX_ROW} long (a row on the stack)")
             if opt.axis or opt.amount:
                 fail(opt, "reorder takes no axis or amount")
+        elif opt.action == "swap":
+            rank = len(kernel.shape)
+            if "reorder" in actions:
+                fail(opt, "the i-k-j (reorder) order fixes its loops")
+            if not (1 <= opt.axis < rank and 1 <= opt.amount < rank and opt.axis != opt.amount):
+                fail(opt, f"swap(a, b) exchanges two different output axes 1..{rank - 1} (axis 0 stays outermost)")
         elif opt.action == "upcast":
             if "reorder" not in actions or len(kernel.shape) < 2:
                 fail(opt, "row blocks exist in the reorder (i-k-j) order of a kernel with >= 2 output axes")
@@ -353,9 +397,14 @@ def compile_for_timing(kernel: Kernel) -> Callable[[Sequence[np.ndarray], Sequen
     return cpu.CompiledKernel(kernel, source, address, "compiled", 0.0)
 
 
-def _time(run: Callable[[], None], timer: Callable[[], float]) -> float:
-    run()  # warm up (page faults, thread pool)
-    best = float("inf")
+def _time(run: Callable[[], None], timer: Callable[[], float], limit: float = float("inf")) -> float:
+    """The best of TIMING_RUNS runs after a warm-up run (page faults, thread pool); a candidate
+    whose warm-up already takes over ``limit`` seconds is not run again (it has lost)."""
+    started = timer()
+    run()
+    best = timer() - started
+    if best > limit:
+        return best
     for _ in range(TIMING_RUNS):
         started = timer()
         run()
@@ -390,10 +439,10 @@ def beam_search(kernel: Kernel, width: int, budget_s: float | None = None, *,
     inputs = random_inputs(kernel)
     reduce_length = int(np.prod(kernel.reduce_shape))
 
-    def measure(opts: tuple[Opt, ...]) -> tuple[float, list[np.ndarray]]:
+    def measure(opts: tuple[Opt, ...], limit: float = float("inf")) -> tuple[float, list[np.ndarray]]:
         compiled = compile(attrs.evolve(kernel, opts=opts))
         outputs = [np.empty(aval.shape, aval.dtype) for aval in kernel.out_avals]
-        return _time(lambda: compiled(inputs, outputs), timer), outputs
+        return _time(lambda: compiled(inputs, outputs), timer, limit), outputs
 
     base_seconds, reference = measure(base)
     beam: list[tuple[float, tuple[Opt, ...]]] = [(base_seconds, base)]
@@ -412,7 +461,7 @@ def beam_search(kernel: Kernel, width: int, budget_s: float | None = None, *,
             seen.add(candidate)
             tried += 1
             try:
-                seconds, outputs = measure(candidate)
+                seconds, outputs = measure(candidate, SLOW_CANDIDATE * beam[0][0])
             except (RuntimeError, ValueError) as error:
                 rejected += 1
                 if debug_level() >= 2:

@@ -398,15 +398,26 @@ class LoopChoices:
     split: int | None = None
     unroll: tuple[tuple[int, int], ...] = ()
     vectorize: int | None = None
+    swaps: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def from_opts(cls, opts: tuple[Opt, ...]) -> LoopChoices:
         by_action = {opt.action: opt for opt in opts}
-        return cls(reorder="reorder" in by_action,
+        return cls(swaps=tuple((opt.axis, opt.amount) for opt in opts if opt.action == "swap"),
+                   reorder="reorder" in by_action,
                    rows=by_action["upcast"].amount if "upcast" in by_action else 1,
                    split=by_action["split"].axis if "split" in by_action else None,
                    unroll=tuple((opt.axis, opt.amount) for opt in opts if opt.action == "unroll"),
                    vectorize=by_action["vectorize"].amount if "vectorize" in by_action else None)
+
+    def loop_order(self, rank: int) -> list[int]:
+        """The global axes from outermost to innermost after the swaps (``swap(a, b)`` exchanges
+        the loops of axes a and b; the indices, and so the outputs' layout, are unchanged)."""
+        order = list(range(rank))
+        for a, b in self.swaps:
+            i, j = order.index(a), order.index(b)
+            order[i], order[j] = order[j], order[i]
+        return order
 
     def reduce_hints(self, depth: int, innermost: bool) -> tuple[str, ...]:
         """Hints for reduction loop ``depth`` (``innermost``: no loop inside it)."""
@@ -623,8 +634,10 @@ def render_llvm(kernel: Kernel) -> str:
         _render_reduce_outer(builder, kernel, global_vars, reduce_vars, acc_compute, choices)
         return _module(kernel, builder)
 
-    for depth, (name, size) in enumerate(zip(global_vars, kernel.shape)):
-        builder.open_loop(name, "%start" if depth == 0 else "0", "%end" if depth == 0 else str(size))
+    order = choices.loop_order(len(global_vars))
+    for depth in order:
+        builder.open_loop(global_vars[depth], "%start" if depth == 0 else "0",
+                          "%end" if depth == 0 else str(kernel.shape[depth]))
 
     if kernel.reduce_expr is not None and acc_dtype is not None and acc_compute is not None:
         empty = int(np.prod(kernel.reduce_shape)) == 0
@@ -659,9 +672,9 @@ def render_llvm(kernel: Kernel) -> str:
         builder.acc_value = builder.narrow_from_float(final, acc_dtype) if op_class(acc_dtype) == "h" else final
 
     _store_outputs(builder, kernel, global_vars)
-    for depth in reversed(range(len(global_vars))):
-        innermost = depth == len(global_vars) - 1 and not reduce_vars
-        builder.close_loop(global_vars[depth], hints=choices.inner_hints() if innermost else ())
+    for position in reversed(range(len(order))):
+        innermost = position == len(order) - 1 and not reduce_vars
+        builder.close_loop(global_vars[order[position]], hints=choices.inner_hints() if innermost else ())
     return _module(kernel, builder)
 
 
