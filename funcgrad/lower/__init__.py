@@ -7,11 +7,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
+from funcgrad.caches import LRUCache, cache_size
 from funcgrad.ir.core import IR
 from funcgrad.lower.plan import Device, Plan, ReferenceDevice, compile_plan
 from funcgrad.lower.plan import run_ir as _run_ir_on
@@ -40,19 +40,17 @@ def run_ir(ir: IR, args: Sequence[np.ndarray], device: Device | None = None) -> 
     return _run_ir_on(ir, args, device or default_device())
 
 
-_JIT_PLANS: OrderedDict[int, tuple[IR, Plan]] = OrderedDict()
+# (id of a jit IR, id of the device) -> (that IR, its plan): holding both keeps their ids from being reused
+_JIT_PLANS: LRUCache[tuple[int, int], tuple[IR, Plan]] = LRUCache(cache_size("FUNCGRAD_PLAN_CACHE_SIZE", 1024))
 
 
 def run_jit(ir: IR, args: Sequence[np.ndarray], device: Device | None = None) -> list[np.ndarray]:
     """Run a jit call's (open) IR. jit keeps one IR object per signature, so its plan is found by
     identity: no graph to build, no key to print."""
     device = device or default_device()
-    entry = _JIT_PLANS.get(id(ir))
-    if entry is None or entry[0] is not ir or entry[1].device is not device:
-        entry = (ir, compile_plan(ir, device))
-        _JIT_PLANS[id(ir)] = entry  # holding ``ir`` keeps its id from being reused
-        if len(_JIT_PLANS) > 1024:
-            _JIT_PLANS.popitem(last=False)
+    entry = _JIT_PLANS.get((id(ir), id(device)))
+    if entry is None:
+        entry = _JIT_PLANS.put((id(ir), id(device)), (ir, compile_plan(ir, device)))
     return entry[1].run(args)
 
 

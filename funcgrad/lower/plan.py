@@ -31,7 +31,6 @@ import pickle
 import sys
 import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +39,7 @@ import attrs
 import numpy as np
 
 from funcgrad import nan_check
+from funcgrad.caches import LRUCache, cache_size
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Literal, Var
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
@@ -526,8 +526,7 @@ class PlanDiskCache:
 # --- the plan cache ------------------------------------------------------------------------------------
 
 # (device name, IR structure) -> plan; each holds its compiled kernels (and so their code) alive
-_PLANS: OrderedDict[tuple[str, str], Plan] = OrderedDict()
-MAX_CACHED_PLANS = 1024
+_PLANS: LRUCache[tuple[str, str], Plan] = LRUCache(cache_size("FUNCGRAD_PLAN_CACHE_SIZE", 1024))
 
 
 def structure_key(ir: IR) -> str:
@@ -547,7 +546,6 @@ def compile_plan(ir: IR, device: Device) -> Plan:
     key = (device.name, structure)
     plan = _PLANS.get(key)
     if plan is not None:
-        _PLANS.move_to_end(key)
         return plan
     seconds, counts = dict(PHASE_SECONDS), dict(PHASE_COUNTS)
     disk: PlanDiskCache | None = getattr(device, "plan_cache", None)
@@ -560,10 +558,7 @@ def compile_plan(ir: IR, device: Device) -> Plan:
     PHASE_COUNTS["plans_loaded" if loaded else "plans_built"] += 1
     if debug_level() >= 2:
         _report_plan(plan, loaded, seconds, counts)
-    _PLANS[key] = plan
-    if len(_PLANS) > MAX_CACHED_PLANS:
-        _PLANS.popitem(last=False)
-    return plan
+    return _PLANS.put(key, plan)  # built outside the cache's lock: another thread's equal plan may win
 
 
 def run_ir(ir: IR, args: Sequence[np.ndarray], device: Device) -> list[np.ndarray]:

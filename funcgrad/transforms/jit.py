@@ -14,18 +14,25 @@ tracer swapped into it for the trace (and its value restored after), so Tensors 
 arguments stay shared. A Tensor whose value (``_data``) or ``.grad`` was replaced during the call is
 *written back*: its final value is an extra output of the traced IR, stored into that same Tensor
 object on every call. A function that mutates nothing has no extra outputs.
+
+Threads: the signature cache is an ``LRUCache`` (``FUNCGRAD_JIT_CACHE_SIZE`` signatures per function,
+default 256), and tracing holds one process-wide re-entrant lock (traces nest), because the swap
+above writes into the caller's objects; cached calls run concurrently.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from funcgrad import tree
 from funcgrad.autograd import recording_grad_writes
+from funcgrad.caches import LRUCache, cache_size
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.higher_order import jit_p, open_ir
@@ -62,6 +69,10 @@ class WriteBack(NamedTuple):
 # random state: each call replaces them with fresh keys)
 Entry = tuple[IR, Any, list[Any], WriteBack | None, tuple[int, ...]]
 
+JIT_CACHE_SIZE = cache_size("FUNCGRAD_JIT_CACHE_SIZE", 256)  # traced signatures kept per jitted function
+_TRACE_LOCK = threading.RLock()  # one trace at a time: tracing swaps tracers into the caller's Tensors
+LIVE_JITTED: weakref.WeakSet[Jitted] = weakref.WeakSet()  # for funcgrad.debug.live_counts
+
 
 def fresh_consts(consts: list[Any], key_positions: tuple[int, ...]) -> list[Any]:
     """``consts`` with a new key from the global random state at each of ``key_positions``."""
@@ -86,10 +97,11 @@ class Jitted:
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.trace_count = 0
-        self._cache: dict[Any, Entry] = {}
-        self._simple_cache: dict[Any, Entry] = {}  # keyed by argument types only
+        self._cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)
+        self._simple_cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)  # keyed by argument types only
         self._last_key: Any = None
-        self._just_traced: Entry | None = None  # the entry traced by this call, whose keys are fresh
+        self._this_thread = threading.local()  # .just_traced: the entry this thread's call traced (fresh keys)
+        LIVE_JITTED.add(self)
         # copy the name and docstring only: updating __dict__ would copy the state of a wrapped Jitted
         functools.update_wrapper(self, fn, updated=())
 
@@ -131,13 +143,13 @@ class Jitted:
                 return self._call(entry, list(args))
         entry, leaves, cached = self._trace(args, kwargs)
         if simple and cached:
-            self._simple_cache[tuple((a._data.aval, a._weak) for a in args)] = entry
+            self._simple_cache.put(tuple((a._data.aval, a._weak) for a in args), entry)
         return self._call(entry, [as_tensor(leaf) for leaf in leaves])
 
     def _call(self, entry: Entry, leaves: list[Tensor]) -> Any:
         ir, out_tree, consts, write_back, key_positions = entry
-        if self._just_traced is entry:  # the trace drew its keys just now: use them, as an eager call would
-            self._just_traced = None
+        if getattr(self._this_thread, "just_traced", None) is entry:  # its keys were drawn just now: use them
+            self._this_thread.just_traced = None
         else:
             consts = fresh_consts(consts, key_positions)
         operands = consts + leaves
@@ -169,7 +181,12 @@ class Jitted:
         avals = [leaf_aval(leaf, f"argument leaf {i}") for i, leaf in enumerate(leaves)]
         key = (in_tree, tuple(avals), static_values)
         entry = self._cache.get(key)
-        if entry is None:
+        if entry is not None:
+            return entry, leaves, True
+        with _TRACE_LOCK:
+            entry = self._cache.get(key)  # another thread may have traced it meanwhile
+            if entry is not None:
+                return entry, leaves, True
             names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in
                                                           {n % len(args) for n in self.static_argnums}], dynamic[1])
             self._explain_retrace(key, names)
@@ -185,11 +202,12 @@ class Jitted:
             drawn_ids = {id(k) for k in drawn}
             key_positions = tuple(i for i, c in enumerate(traced.consts) if id(c) in drawn_ids)
             entry = (open_ir(traced), out_tree, list(traced.consts), write_back, key_positions)
-            self._just_traced = entry
+            self._this_thread.just_traced = entry
             self.trace_count += 1
-            if not any(isinstance(c, Tensor) and c.is_traced for c in traced.consts):
-                self._cache[key] = entry  # closures over another trace's values cannot be reused
-        return entry, leaves, key in self._cache
+            cacheable = not any(isinstance(c, Tensor) and c.is_traced for c in traced.consts)
+            if cacheable:  # closures over another trace's values cannot be reused
+                self._cache.put(key, entry)
+        return entry, leaves, cacheable
 
     def _explain_retrace(self, key: Any, leaf_names: list[str]) -> None:
         previous = self._last_key

@@ -1,0 +1,86 @@
+"""Bounded caches: every cache that grows with the programs a process runs is an ``LRUCache``.
+
+An ``LRUCache`` is a dict with a maximum number of entries that evicts the least recently used
+one, and that several threads may use at once (one lock around each operation; the values are
+computed outside it, so two threads missing the same key at once both compute it and the first
+one stored wins: wasteful, never wrong). Each cache reads its size from an environment variable
+when it is created (``cache_size``); docs/architecture.md, "Caches and their bounds", lists them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+Key = TypeVar("Key", bound=Hashable)
+Value = TypeVar("Value")
+
+
+def cache_size(variable: str, default: int) -> int:
+    """The positive integer in the environment variable ``variable``, else ``default``.
+
+    >>> cache_size("FUNCGRAD_PLAN_CACHE_SIZE", 1024)  # 1024 unless the variable is set
+    1024
+    """
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ValueError(f"{variable} must be a positive number of cache entries, got {text!r}")
+    return size
+
+
+class LRUCache(Generic[Key, Value]):
+    """At most ``max_entries`` entries; a lookup makes an entry the most recently used.
+
+    >>> cache = LRUCache[str, int](2); cache.put("a", 1); cache.put("b", 2); cache.put("c", 3)
+    >>> cache.get("a"), len(cache)   # "a" was the least recently used: evicted
+    (None, 2)
+    """
+
+    def __init__(self, max_entries: int) -> None:
+        if max_entries < 1:
+            raise ValueError(f"LRUCache: max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries  # may be changed at any time; applies from the next put
+        self._entries: OrderedDict[Key, Value] = OrderedDict()
+        self._lock = threading.Lock()
+        self.evictions = 0
+
+    def get(self, key: Key) -> Value | None:
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: Key, value: Value) -> Value:
+        """Store ``value`` under ``key`` unless another thread stored one first; return the stored one."""
+        with self._lock:
+            stored = self._entries.setdefault(key, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+                self.evictions += 1
+            return stored
+
+    def __contains__(self, key: Key) -> bool:
+        with self._lock:
+            return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def values(self) -> list[Value]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
