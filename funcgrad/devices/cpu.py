@@ -8,7 +8,11 @@ Compiled code is cached in memory (per device, keyed by the IR text) and on disk
 and its features, and the llvmlite/LLVM versions. A disk entry is the object code with a magic
 header, its length and a SHA-256 checksum; it is written atomically (temporary file in the same
 folder, fsync, ``os.replace``) and a corrupt or truncated entry is recompiled, never trusted.
-Every execution engine stays referenced for the life of the process (llvmlite crashes otherwise).
+Both caches are bounded (docs/architecture.md, "Caches and their bounds"): the memory cache keeps the
+``FUNCGRAD_KERNEL_CACHE_SIZE`` (default 4096) most recently used kernels, the disk cache deletes its
+least recently used files when the folder grows over ``FUNCGRAD_CACHE_MAX_MB`` (default 1024). A
+kernel's execution engine lives as long as a ``CompiledKernel`` uses its code (a cached plan keeps an
+evicted kernel working), and is freed under the LLVM lock (llvmlite is not thread-safe).
 
 Large kernels are split along their outermost loop across a persistent thread pool (ctypes
 releases the GIL); small ones are called directly, because handing work to a thread costs tens of
@@ -28,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
+from funcgrad.caches import LRUCache, cache_size
 from funcgrad.debug import debug_level
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import optimize
@@ -96,6 +102,7 @@ class _HostTarget:
     def compile(self, source: str, speed_level: int = 3) -> bytes:
         """LLVM IR text -> native object code, optimised at ``speed_level`` (0 or 3)."""
         with self.lock:
+            _RETIRED_ENGINES.clear()  # free engines no kernel uses any more, while no other thread uses LLVM
             module = llvm.parse_assembly(source)
             module.triple = self.triple
             module.data_layout = str(self.machine.target_data)
@@ -110,6 +117,7 @@ class _HostTarget:
         if missing:
             raise RuntimeError(f"the compiled code needs {', '.join(missing)}, which this process does not provide")
         with self.lock:
+            _RETIRED_ENGINES.clear()
             empty = llvm.parse_assembly("")
             empty.triple = self.triple
             engine = llvm.create_mcjit_compiler(empty, self.new_machine())  # the engine owns its machine
@@ -149,12 +157,36 @@ def undefined_symbols(object_code: bytes) -> list[str]:
     return names
 
 
+_SINGLETONS_LOCK = threading.Lock()  # two threads' first calls must not build two targets (two LLVM locks)
+
+
 @functools.cache
-def host_target() -> _HostTarget:
+def _make_host_target() -> _HostTarget:
     return _HostTarget()
 
 
-_LIVE_ENGINES: list[llvm.ExecutionEngine] = []  # never dropped: their code may run at any time
+def host_target() -> _HostTarget:
+    with _SINGLETONS_LOCK:
+        return _make_host_target()
+
+
+class EngineHandle:
+    """Keeps an MCJIT engine, and so the code at its addresses, alive while a ``CompiledKernel`` holds
+    this handle. The last holder may die in any thread, perhaps while another one compiles, and
+    LLVM's context is not thread-safe: the engine is then only queued, and the next compile frees it
+    under the LLVM lock."""
+
+    def __init__(self, engine: llvm.ExecutionEngine) -> None:
+        self.engine = engine
+        weakref.finalize(self, _RETIRED_ENGINES.append, engine)
+        LIVE_ENGINES.add(self)
+
+
+LIVE_ENGINES: weakref.WeakSet[EngineHandle] = weakref.WeakSet()  # for funcgrad.debug.live_counts
+_RETIRED_ENGINES: list[llvm.ExecutionEngine] = []  # used by no kernel; freed by _HostTarget.compile
+
+
+_LIVE_ENGINES: list[llvm.ExecutionEngine] = []  # kept for the life of the process (keep_engine)
 
 
 def keep_engine(engine: llvm.ExecutionEngine) -> None:
@@ -171,6 +203,8 @@ class DiskCache:
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
         root = folder or os.environ.get("FUNCGRAD_CACHE") or Path.home() / ".cache" / "funcgrad"
         self.folder = Path(root) / "cpu"
+        self.max_bytes = cache_size("FUNCGRAD_CACHE_MAX_MB", 1024) << 20
+        self._unchecked_bytes: int | None = None  # written since the folder was last trimmed (None: not yet)
 
     def key(self, source: str) -> str:
         return hashlib.sha256((host_target().fingerprint + "\n" + source).encode()).hexdigest()
@@ -191,6 +225,8 @@ class DiskCache:
         payload = data[header:]
         if len(payload) != length or hashlib.sha256(payload).digest() != checksum:
             return None
+        with contextlib.suppress(OSError):
+            os.utime(self.path(key))  # a hit makes the entry recently used for trim_folder
         return payload
 
     def store(self, key: str, payload: bytes) -> None:
@@ -209,6 +245,48 @@ class DiskCache:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+            return
+        # trim on the first store of the process, then after every eighth of the bound written
+        if self._unchecked_bytes is None or self._unchecked_bytes + len(entry) > self.max_bytes // 8:
+            self._unchecked_bytes = 0
+            trim_folder(self.folder, self.max_bytes)
+        else:
+            self._unchecked_bytes += len(entry)
+
+
+def trim_folder(folder: Path, max_bytes: int, keep_fraction: float = 0.75) -> int:
+    """When the files in ``folder`` add up to more than ``max_bytes``, delete the least recently used
+    (oldest modification time: a disk-cache hit touches its file) down to ``keep_fraction`` of it;
+    temporary files over an hour old (their writer died) go always. Other processes may use or trim
+    the folder meanwhile: a file read while it is deleted stays readable (POSIX), a missing one is a
+    miss. Returns the bytes deleted."""
+    try:
+        paths = list(folder.iterdir())
+    except OSError:
+        return 0
+    entries = []
+    for path in paths:
+        with contextlib.suppress(OSError):  # deleted by another process meanwhile
+            info = path.stat()
+            entries.append((info.st_mtime, info.st_size, path))
+    deleted = 0
+    stale = time.time() - 3600
+    for mtime, size, path in entries:
+        if path.name.startswith(".tmp-") and mtime < stale:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                deleted += size
+    total = sum(size for _, size, path in entries if not path.name.startswith(".tmp-"))
+    if total <= max_bytes:
+        return deleted
+    for _, size, path in sorted(entry for entry in entries if not entry[2].name.startswith(".tmp-")):
+        if total <= max_bytes * keep_fraction:
+            break
+        with contextlib.suppress(OSError):
+            path.unlink()
+            deleted += size
+        total -= size
+    return deleted
 
 
 # --- threads -------------------------------------------------------------------------------------------
@@ -253,8 +331,13 @@ def thread_count() -> int:
 
 
 @functools.cache
-def worker_pool() -> _WorkerPool:
+def _make_worker_pool() -> _WorkerPool:
     return _WorkerPool(thread_count() - 1)
+
+
+def worker_pool() -> _WorkerPool:
+    with _SINGLETONS_LOCK:  # one pool, even when threads make their first parallel call at once
+        return _make_worker_pool()
 
 
 # --- compiled kernels ----------------------------------------------------------------------------------
@@ -300,8 +383,10 @@ class CompiledKernel:
     >>> compiled([x, y], [out])  # doctest: +SKIP
     """
 
-    def __init__(self, kernel: Kernel, source: str, address: int, origin: str, seconds: float) -> None:
+    def __init__(self, kernel: Kernel, source: str, address: int, origin: str, seconds: float,
+                 engine: EngineHandle | None = None) -> None:
         self.kernel = kernel
+        self.engine = engine  # the code at ``address`` lives as long as this (None: see keep_engine)
         self.name = kernel.name
         self.source = source
         self.origin = origin
@@ -383,7 +468,7 @@ class CPUDevice:
 
     def __init__(self, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.disk_cache = DiskCache(cache_dir)
-        self.memory_cache: dict[str, CompiledKernel] = {}
+        self.memory_cache: LRUCache[str, CompiledKernel] = LRUCache(cache_size("FUNCGRAD_KERNEL_CACHE_SIZE", 4096))
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
         # whole plans beside the object code (funcgrad.lower.plan); FUNCGRAD_PLAN_CACHE=0 turns it off
         self.plan_cache = None if os.environ.get("FUNCGRAD_PLAN_CACHE") == "0" else \
@@ -430,14 +515,12 @@ class CPUDevice:
                 detail = f"\n{source}" if debug_level() >= 4 else " (DEBUG=4 shows its LLVM source)"
                 raise KernelCompileError(f"kernel {kernel.name} failed to compile: {error}{detail}") from error
             self.disk_cache.store(key, object_code)
-        _LIVE_ENGINES.append(engine)
         self.stats["disk_hits" if origin == "disk" else "compiled"] += 1
         PHASE_COUNTS["kernels_from_disk" if origin == "disk" else "kernels_compiled"] += 1
         PHASE_SECONDS["llvm"] += time.perf_counter() - started
-        compiled = CompiledKernel(kernel, source, address, origin, time.perf_counter() - started)
+        compiled = CompiledKernel(kernel, source, address, origin, time.perf_counter() - started, EngineHandle(engine))
         compiled.cache_token = (source, key, kernel.opts)
-        self.memory_cache[source] = compiled
-        return compiled
+        return self.memory_cache.put(source, compiled)  # a thread that compiled it meanwhile wins
 
     def _from_memory(self, kernel: Kernel, source: str) -> CompiledKernel | None:
         cached = self.memory_cache.get(source)
@@ -446,7 +529,7 @@ class CPUDevice:
         self.stats["memory_hits"] += 1
         if cached.kernel == kernel:
             return cached
-        compiled = CompiledKernel(kernel, source, cached.address, "memory", 0.0)
+        compiled = CompiledKernel(kernel, source, cached.address, "memory", 0.0, cached.engine)
         compiled.cache_token = cached.cache_token
         return compiled
 
@@ -481,14 +564,12 @@ class CPUDevice:
         engine, address = self._load_object(key, llvm_function_name(kernel))
         if engine is None:
             return None
-        _LIVE_ENGINES.append(engine)
         self.stats["disk_hits"] += 1
         PHASE_COUNTS["kernels_from_disk"] += 1
         PHASE_SECONDS["llvm"] += time.perf_counter() - started
-        compiled = CompiledKernel(kernel, source, address, "disk", time.perf_counter() - started)
+        compiled = CompiledKernel(kernel, source, address, "disk", time.perf_counter() - started, EngineHandle(engine))
         compiled.cache_token = (source, key, opts)
-        self.memory_cache[source] = compiled
-        return compiled
+        return self.memory_cache.put(source, compiled)
 
     @staticmethod
     def _check_symbols(source: str) -> None:

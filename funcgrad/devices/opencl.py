@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.caches import LRUCache, cache_size
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel, UnsupportedDtypeError
@@ -123,7 +124,8 @@ class OpenCLDevice:
         self.context = cl.Context([self.cl_device])
         self.queue = cl.CommandQueue(self.context)
         self.fp64 = "cl_khr_fp64" in self.cl_device.extensions.split()
-        self.programs: dict[str, Any] = {}
+        # one program per plan, by source; its cl.Kernels hold it, so eviction never breaks a cached plan
+        self.programs: LRUCache[str, Any] = LRUCache(cache_size("FUNCGRAD_PLAN_CACHE_SIZE", 1024))
         self.stats = {"builds": 0, "program_hits": 0}
 
     def __repr__(self) -> str:
@@ -201,7 +203,7 @@ class OpenCLDevice:
             if debug_level() >= 3:
                 print(f"OpenCL program of {len(kernels)} kernels built in {time.perf_counter() - started:.3f} s",
                       file=sys.stderr)
-            self.programs[source] = program
+            program = self.programs.put(source, program)
         else:
             self.stats["program_hits"] += 1
         return [CLKernel(self, kernel, cl.Kernel(program, name), group, source)

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from funcgrad.caches import LRUCache, cache_size
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel
@@ -186,7 +187,8 @@ class WebGPUDevice:
         self.gpu = adapter.request_device_sync(required_limits={k.replace("_", "-"): v for k, v in limits.items()})
         self.max_binding_size = int(min(limits["max_storage_buffer_binding_size"], limits["max_buffer_size"]))
         self.max_buffers = int(limits["max_storage_buffers_per_shader_stage"])
-        self.pipelines: dict[str, Any] = {}
+        # by WGSL source; a kernel holds its pipeline, so eviction never breaks a cached plan
+        self.pipelines: LRUCache[str, Any] = LRUCache(cache_size("FUNCGRAD_KERNEL_CACHE_SIZE", 4096))
         self._fence = self.gpu.create_buffer(size=4, usage=_buffer_usage())
         self.stats = {"compiled": 0, "cached": 0}
 
@@ -233,8 +235,7 @@ class WebGPUDevice:
             print(f"--- WGSL source of kernel {kernel.name} ---\n{source}", file=sys.stderr)
         pipeline = self.pipelines.get(source)
         if pipeline is None:
-            pipeline = self._build(kernel, source, layout)
-            self.pipelines[source] = pipeline
+            pipeline = self.pipelines.put(source, self._build(kernel, source, layout))
             self.stats["compiled"] += 1
         else:
             self.stats["cached"] += 1
