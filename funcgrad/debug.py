@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 
@@ -15,3 +16,36 @@ def debug_level() -> int:
         return int(os.environ.get("DEBUG", "0") or 0)
     except ValueError:
         return 0
+
+
+def live_counts() -> dict[str, int]:
+    """How many of each thing that could pile up over a long run exist now; in a steady training loop
+    none of them grows. ``lazy_buffers`` (arrays some Tensor or pending graph holds) and
+    ``lazy_bytes`` (the realized ones' memory), ``plans`` (compiled plans cached) and ``jit_plans``
+    (their index by jit IR), ``kernels`` (compiled kernels in the devices' memory caches),
+    ``engines`` (LLVM execution engines alive), ``jit_functions`` (live ``jit`` wrappers) and
+    ``jit_traces`` (signatures they have cached).
+
+    >>> funcgrad.debug.live_counts()["plans"]  # doctest: +SKIP
+    3
+    """
+    from funcgrad import lower
+    from funcgrad.devices import _INSTANCES
+    from funcgrad.devices.cpu import LIVE_ENGINES
+    from funcgrad.lazy import LazyBuffer
+    from funcgrad.lower import plan
+    from funcgrad.transforms.jit import LIVE_JITTED
+
+    gc.collect()
+    buffers = [o for o in gc.get_objects() if type(o) is LazyBuffer]
+    jitted = list(LIVE_JITTED)
+    return {
+        "lazy_buffers": len(buffers),
+        "lazy_bytes": sum(b.array.nbytes for b in buffers if b.array is not None),
+        "plans": len(plan._PLANS),
+        "jit_plans": len(lower._JIT_PLANS),
+        "kernels": sum(len(getattr(device, "memory_cache", ())) for device in list(_INSTANCES.values())),
+        "engines": len(LIVE_ENGINES),
+        "jit_functions": len(jitted),
+        "jit_traces": sum(len(f._cache) for f in jitted),
+    }

@@ -1,0 +1,212 @@
+"""Threads and processes: jitted functions called from several threads at once (the first calls racing
+to trace), eager lazy Tensors in threads, kernels compiled from threads into one device, and two
+processes compiling the same kernels into one disk-cache folder at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import Tensor, nn
+from funcgrad.devices import cpu
+from funcgrad.lower import plan
+
+THREADS = 4
+
+
+def run_in_threads(work: Callable[[int], Any], threads: int = THREADS) -> list[Any]:
+    """``work(number)`` in ``threads`` threads started behind a barrier; their results, in order. An
+    exception in a thread is raised here."""
+    barrier = threading.Barrier(threads)
+    results: list[Any] = [None] * threads
+    errors: list[BaseException] = []
+
+    def body(number: int) -> None:
+        try:
+            barrier.wait()
+            results[number] = work(number)
+        except BaseException as error:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(error)
+
+    workers = [threading.Thread(target=body, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not any(worker.is_alive() for worker in workers), "a thread hung"
+    if errors:
+        raise errors[0]
+    return results
+
+
+def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    return np.tanh(x64 @ w64).sum(axis=0) + np.exp(-x64 ** 2).mean()
+
+
+def test_one_jitted_function_from_four_threads_at_once():
+    @fg.jit
+    def f(x, w):
+        return fnp.tanh(x @ w).sum(axis=0) + fnp.exp(-x ** 2).mean()
+
+    rng = np.random.default_rng(0)
+    inputs = [(rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32))
+              for _ in range(THREADS * 25)]
+
+    def work(number: int) -> list[np.ndarray]:
+        mine = inputs[number::THREADS]
+        return [f(Tensor(x), Tensor(w)).numpy() for x, w in mine]  # the first calls of all threads race
+
+    results = run_in_threads(work)
+    for number, outs in enumerate(results):
+        for (x, w), out in zip(inputs[number::THREADS], outs):
+            np.testing.assert_allclose(out, reference(x, w), rtol=1e-5, atol=1e-5)
+    assert f.trace_count == 1, "the threads share one trace"
+
+
+def test_different_jitted_functions_in_four_threads():
+    functions = [fg.jit(lambda x, k=k: fnp.sin(x * (k + 1)) + k) for k in range(THREADS)]
+    xs = np.linspace(-2, 2, 40, dtype=np.float32).reshape(8, 5)
+
+    def work(number: int) -> list[np.ndarray]:
+        return [functions[number](Tensor(xs + step)).numpy() for step in range(20)]
+
+    for number, outs in enumerate(run_in_threads(work)):
+        for step, out in enumerate(outs):
+            np.testing.assert_allclose(out, np.sin((xs + step).astype(np.float64) * (number + 1)) + number,
+                                       rtol=1e-5, atol=1e-5)
+    assert [f.trace_count for f in functions] == [1] * THREADS
+
+
+def test_stateful_jitted_steps_on_separate_models_in_threads():
+    """Tracing swaps tracers into the caller's Tensors: four threads tracing one stateful step on their
+    own models at once must each train exactly as a single thread does."""
+    def make(seed: int) -> tuple[nn.Linear, nn.optim.SGD, np.ndarray, np.ndarray]:
+        Tensor.manual_seed(seed)  # the global random state: made here, in one thread
+        model = nn.Linear(4, 2)
+        rng = np.random.default_rng(seed)
+        return model, nn.optim.SGD([model.weight, model.bias], lr=0.1), \
+            rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((8, 2)).astype(np.float32)
+
+    def train(step: Callable[..., Any], setup: tuple[Any, ...]) -> np.ndarray:
+        model, opt, x, y = setup
+        for _ in range(10):
+            step(model, opt, Tensor(x), Tensor(y))
+        return model.weight.numpy()
+
+    def step_fn(model, opt, x, y):
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    expected = [train(step_fn, make(seed)) for seed in range(THREADS)]  # eager, one thread
+    shared_step = fg.jit(step_fn)
+    setups = [make(seed) for seed in range(THREADS)]
+    results = run_in_threads(lambda number: train(shared_step, setups[number]))
+    for got, want in zip(results, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert shared_step.trace_count == 1
+
+
+def test_eager_lazy_tensors_in_threads():
+    def work(number: int) -> list[float]:
+        values = []
+        for step in range(15):
+            x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4) + number + step)
+            y = (x.exp().log() * 2 - x).sum(axis=1).max()  # pending graph, realized by .item()
+            values.append(float(y.item()))
+        return values
+
+    for number, values in enumerate(run_in_threads(work)):
+        want = [float((np.arange(12).reshape(3, 4) + number + step).sum(axis=1).max()) for step in range(15)]
+        np.testing.assert_allclose(values, want, rtol=1e-5)
+
+
+def test_one_device_compiles_the_same_kernels_from_threads(tmp_path):
+    """Four threads compile the same kernels on one fresh device: every result is right and the
+    device's memory cache holds each kernel once."""
+    device = cpu.CPUDevice(tmp_path)
+    programs = [fg.make_ir(lambda x, k=k: (fnp.cos(x) * k).sum(axis=0))(np.ones((3, 4 + k), np.float32))
+                for k in range(6)]
+
+    def work(number: int) -> list[np.ndarray]:
+        return [plan.Plan(ir, device).run([np.full((3, 4 + k), 0.5, np.float32)])[0]
+                for k, ir in enumerate(programs)]
+
+    for outs in run_in_threads(work):
+        for k, out in enumerate(outs):
+            np.testing.assert_allclose(out, np.full(4 + k, 3 * np.cos(0.5) * k), rtol=1e-5)
+    assert len(device.memory_cache) == len({compiled.source for compiled in device.memory_cache.values()})
+    assert device.stats["compiled"] + device.stats["disk_hits"] >= len(programs)
+
+
+# --- two processes, one cache folder ---------------------------------------------------------------------
+
+def many_kernels(x: Tensor) -> list[Tensor]:
+    """About ten different kernels: reductions of differently shaped slices."""
+    return [(fnp.sin(x[:k + 1] * (k + 1.0)) ** 2).sum(axis=0) for k in range(10)]
+
+
+def many_kernels_reference(x: np.ndarray) -> list[np.ndarray]:
+    return [(np.sin(x[:k + 1].astype(np.float64) * (k + 1.0)) ** 2).sum(axis=0) for k in range(10)]
+
+
+def compile_into_shared_cache(barrier: Any, results: Any) -> None:
+    """A spawned process: wait for the other one, then jit-compile and run ``many_kernels``."""
+    from funcgrad.devices import get_device
+    barrier.wait()
+    x = np.linspace(-1, 1, 10 * 7, dtype=np.float32).reshape(10, 7)
+    outs = [out.numpy() for out in fg.jit(many_kernels)(Tensor(x))]
+    results.put((outs, dict(get_device("CPU").stats)))
+
+
+def gather(processes: list[Any], results: Any) -> list[Any]:
+    """One result from each process, failing at once if one dies without sending it."""
+    gathered: list[Any] = []
+    while len(gathered) < len(processes):
+        try:
+            gathered.append(results.get(timeout=1))
+        except queue.Empty:
+            dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+            assert not dead, f"a compiling process failed with exit code {dead[0]} (its traceback is above)"
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    return gathered
+
+
+def test_two_processes_compile_the_same_kernels_into_one_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUNCGRAD_CACHE", str(tmp_path))
+    monkeypatch.setenv("DEVICE", "CPU")
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(2), context.Queue()
+    processes = [context.Process(target=compile_into_shared_cache, args=(barrier, results)) for _ in range(2)]
+    for process in processes:
+        process.start()
+    outcomes = gather(processes, results)
+    x = np.linspace(-1, 1, 70, dtype=np.float32).reshape(10, 7)
+    want = many_kernels_reference(x)
+    assert not list((tmp_path / "cpu").glob(".tmp-*")), "no temporary files left behind"
+    entries = list((tmp_path / "cpu").glob("*.o"))
+    assert len(entries) >= 5 and all(cpu.DiskCache(tmp_path).load(p.stem) is not None for p in entries)
+    for outs, stats in outcomes:
+        for got, expected in zip(outs, want):
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+        assert stats["compiled"] + stats["disk_hits"] == len(entries), "each kernel compiled or loaded once"
+
+    alone = context.Barrier(1)
+    third = context.Process(target=compile_into_shared_cache, args=(alone, results))
+    third.start()
+    [(outs, stats)] = gather([third], results)
+    for got, expected in zip(outs, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert stats["compiled"] == 0 and stats["disk_hits"] == len(entries), stats
