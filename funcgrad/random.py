@@ -531,6 +531,8 @@ def permutation(key: ArrayLike, x: int | ArrayLike, axis: int = 0, independent: 
         return _shuffle(key, _iota(count, dtypes.default_int), 0, independent=False)
     array = fnp.asarray(x)
     if array.ndim == 0:
+        if not dtypes.is_int(array.dtype):
+            raise TypeError(f"permutation: x must be a non-negative int or an array, got {x!r}")
         return permutation(key, operator.index(np.asarray(x)))
     return _shuffle(key, array, normalize_axis(axis, array.ndim), independent)
 

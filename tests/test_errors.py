@@ -428,6 +428,8 @@ ROWS: list[Row] = [
         E("fold_in: data ", NUM, " does not fit in 32 bits")),
     Row("E-random-9", lambda: fg.random.normal(fg.random.key(0), ones(2)), TypeError,
         E("normal: shape must be an int or a tuple of ints, got ", ANY)),
+    Row("E-random-10", lambda: fg.random.permutation(fg.random.key(0), 2.5), TypeError,
+        E("permutation: x must be a non-negative int or an array, got ", ANY)),
     # --- devices -------------------------------------------------------------------------------------------
     Row("E-device-1", lambda: Tensor.ones(2).to("TPU"), DeviceUnavailableError,
         E("device 'TPU' is not available: no such device (known: CPU, CL, CUDA, WEBGPU, REFERENCE); available "
@@ -570,6 +572,10 @@ ROWS: list[Row] = [
     Row("E-nn-20", lambda: F.conv1d(ones(1, 3, 8), ones(4, 2, 3)), ValueError,
         E("conv1d: weight of shape ", SHAPE, " expects ", NUM, " input channels (groups=", NUM, "), got input of "
           "shape ", SHAPE, " with ", NUM)),
+    Row("E-nn-21", lambda: F.layer_norm(ones(2, 3), None), TypeError,
+        E("layer_norm: normalized_shape must be an int or a sequence of ints, got ", ANY)),
+    Row("E-nn-22", lambda: F.group_norm(ones(2, 4), 3), ValueError,
+        E("group_norm: num_groups=", ANY, " must divide the ", NUM, " channels (a positive int)")),
     # --- optimisers and autograd ---------------------------------------------------------------------------
     Row("E-optim-1", lambda: optim.SGD([Tensor.ones(2)], lr=-1.0), ValueError,
         E(NAME, ": lr must be a float >= 0 or a schedule (step -> lr), got ", ANY)),

@@ -317,7 +317,12 @@ def adaptive_avg_pool2d(x: ArrayLike, output_size: IntPair) -> Tensor:
 
 
 def _normalized_axes(x: Tensor, normalized_shape: int | Sequence[int], name: str) -> tuple[int, ...]:
-    shape = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(normalized_shape)
+    if isinstance(normalized_shape, (int, np.integer)):
+        shape: tuple[int, ...] = (int(normalized_shape),)
+    elif isinstance(normalized_shape, Sequence) and all(isinstance(d, (int, np.integer)) for d in normalized_shape):
+        shape = tuple(normalized_shape)
+    else:
+        raise TypeError(f"{name}: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
     if len(shape) > x.ndim or tuple(x.shape[x.ndim - len(shape):]) != shape:
         raise ValueError(f"{name}: normalized_shape {shape} does not match the trailing axes of the input "
                          f"of shape {x.shape}")
@@ -393,8 +398,9 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
     if x.ndim < 2:
         raise ValueError(f"{name}: input must be (N, C, ...), got shape {x.shape}")
     channels = x.shape[1]
-    if num_groups < 1 or channels % num_groups:
-        raise ValueError(f"{name}: num_groups={num_groups} must divide the {channels} channels")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)) or num_groups < 1 \
+            or channels % num_groups:
+        raise ValueError(f"{name}: num_groups={num_groups!r} must divide the {channels} channels (a positive int)")
     grouped = fnp.reshape(x, (x.shape[0], num_groups, -1))
     out = fnp.reshape(_normalize(grouped, (2,), eps), x.shape)
     if weight is not None:
