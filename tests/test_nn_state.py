@@ -326,6 +326,15 @@ CORRUPT = {
     "metadata not strings": (file_with({"__metadata__": {"step": 3}}), "'__metadata__' must be"),
     "bad bool bytes": (file_with({"m": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\x01\x07"),
                        "bytes other than 0 and 1"),
+    # found by tests/fuzz/test_fuzz_readers.py: these raised NumPy's ValueError or were accepted
+    "empty tensor too large for NumPy": (file_with({"a": {"dtype": "F32", "shape": [0, 2**62],
+                                                          "data_offsets": [0, 0]}}), "too large for an array"),
+    "65 dims": (file_with({"a": {"dtype": "U8", "shape": [0] + [1] * 64, "data_offsets": [0, 0]}}),
+                "too large for an array"),
+    "lone surrogate in a name": (file_with(None, bytes(8), raw_header=b'{"\\ud800": ' + json.dumps(GOOD["a"]).encode()
+                                           + b"}"), "not valid Unicode"),
+    "lone surrogate in metadata": (file_with(None, raw_header=b'{"__metadata__": {"k": "\\udc00"}}'),
+                                   "not valid Unicode"),
 }
 
 

@@ -270,8 +270,19 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     for key, value in pairs:
         if key in result:
             raise SafetensorsError(f"the key {key!r} appears twice")
+        if not _is_unicode(key):
+            raise SafetensorsError(f"the key {key!r} is not valid Unicode (a lone UTF-16 surrogate escape)")
         result[key] = value
     return result
+
+
+def _is_unicode(text: str) -> bool:
+    """False for a str holding a lone surrogate (JSON allows the escape; UTF-8 and the package do not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _reject_constant(name: str) -> Any:
@@ -299,6 +310,8 @@ def _parse_header(text: bytes, data_size: int, where: str) -> tuple[list[_Entry]
         metadata = {}
     elif not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise fail("'__metadata__' must be an object of strings to strings")
+    elif not all(_is_unicode(v) for v in metadata.values()):
+        raise fail("'__metadata__' holds a string that is not valid Unicode (a lone UTF-16 surrogate escape)")
     entries: list[_Entry] = []
     for name, info in header.items():
         if not isinstance(info, dict):
@@ -318,6 +331,10 @@ def _parse_header(text: bytes, data_size: int, where: str) -> tuple[list[_Entry]
                 or not 0 <= offsets[0] <= offsets[1]):
             raise fail(f"{name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {offsets!r}")
         dtype = SAFETENSORS_DTYPES[dtype_name]
+        # an empty tensor may have any other dims and pass the size checks, but NumPy cannot hold it
+        if len(shape) > 64 or math.prod(d for d in shape if d) * dtype.itemsize > sys.maxsize:
+            raise fail(f"{name!r}: shape {shape} of {dtype_name} is too large for an array (at most 64 "
+                       f"dimensions and {sys.maxsize} bytes, not counting zero-sized dims)")
         nbytes = math.prod(shape) * dtype.itemsize
         if offsets[1] - offsets[0] != nbytes:
             raise fail(f"{name!r}: shape {shape} of {dtype_name} needs {nbytes} bytes but data_offsets "
