@@ -133,6 +133,28 @@ def test_rowwise_values_and_gradients_at_extreme_logits(name):
     check_value_and_gradient(fn, reference, torch_fn, LOGITS)
 
 
+@pytest.mark.parametrize("jitted", [False, True])
+def test_binary_crossentropy_at_probabilities_0_and_1(jitted):
+    """The logs are clamped at -100; the gradient is PyTorch's (p - t) / max(p (1 - p), 1e-12): finite
+    (0 for a perfect prediction), where the clamped logs' own derivative gave 0 * inf = NaN."""
+    p = np.array([0.0, 1.0, 0.0, 1.0, 0.3, 1e-30, 0.5], np.float32)
+    t = np.array([0.0, 1.0, 1.0, 0.0, 0.5, 0.0, 1.0], np.float32)
+    p64, t64 = p.astype(np.float64), t.astype(np.float64)
+    with np.errstate(divide="ignore"):
+        expected = -(t64 * np.maximum(np.log(p64), -100) + (1 - t64) * np.maximum(np.log1p(-p64), -100))
+    expected_grad = (p64 - t64) / np.maximum(p64 * (1 - p64), 1e-12) / len(p)
+    grad_fn = fg.grad(lambda p: F.binary_crossentropy(p, t))
+    grad = (fg.jit(grad_fn) if jitted else grad_fn)(fnp.asarray(p)).numpy()
+    assert_close(F.binary_crossentropy(fnp.asarray(p), t, reduction="none").numpy(), expected.astype(np.float32),
+                 rtol=1e-6, atol=1e-7)
+    assert np.isfinite(grad).all()
+    assert_close(grad, expected_grad.astype(np.float32), rtol=1e-6, atol=1e-12)
+    if torch is not None:
+        tp = torch.tensor(p64, requires_grad=True)
+        torch.nn.functional.binary_cross_entropy(tp, torch.tensor(t64)).backward()
+        assert_close(expected_grad, tp.grad.numpy(), rtol=1e-8, atol=0)  # torch's 1e-12 is a float32 constant
+
+
 @pytest.mark.parametrize("name", ["logsumexp", "softmax", "log_softmax", "cross_entropy", "cross_entropy_smoothed"])
 def test_masked_logits_minus_inf(name):
     """-inf logits (masked classes, never a label) give finite values, and gradients that are finite

@@ -34,6 +34,7 @@ from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import ArrayLike
 from funcgrad.tensor import Tensor, bind
+from funcgrad.transforms import custom_jvp
 
 __all__ = [
     "adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "binary_crossentropy", "binary_crossentropy_with_logits",
@@ -674,12 +675,31 @@ def _matching(prediction: ArrayLike, target: ArrayLike, name: str) -> tuple[Tens
     return prediction, target.astype(prediction.dtype)
 
 
+def _clamped_logs(probs: Tensor) -> tuple[Tensor, Tensor]:
+    return fnp.maximum(fnp.log(probs), -100.0), fnp.maximum(fnp.log1p(-probs), -100.0)
+
+
+@custom_jvp
+def _binary_crossentropy_terms(probs: Tensor, target: Tensor) -> Tensor:
+    log_p, log_not_p = _clamped_logs(probs)
+    return -(target * log_p + (1.0 - target) * log_not_p)
+
+
+@_binary_crossentropy_terms.defjvp
+def _binary_crossentropy_jvp(primals: Any, tangents: Any) -> tuple[Tensor, Tensor]:
+    """PyTorch's derivative (p - t) / max(p (1 - p), 1e-12) in p: finite at p = 0 and 1, where the
+    clamped logs' own derivative is 0 * inf = NaN."""
+    (probs, target), (d_probs, d_target) = primals, tangents
+    log_p, log_not_p = _clamped_logs(probs)
+    slope = (probs - target) / fnp.maximum(probs * (1.0 - probs), 1e-12)
+    return _binary_crossentropy_terms(probs, target), slope * d_probs + (log_not_p - log_p) * d_target
+
+
 def binary_crossentropy(probs: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Tensor:
-    """-(t log p + (1 - t) log(1 - p)), each log clamped at -100 as PyTorch does."""
+    """-(t log p + (1 - t) log(1 - p)), each log clamped at -100 as PyTorch does (and PyTorch's
+    gradient, finite at p = 0 and 1)."""
     probs, target = _matching(probs, target, "binary_crossentropy")
-    log_p = fnp.maximum(fnp.log(probs), -100.0)
-    log_not_p = fnp.maximum(fnp.log1p(-probs), -100.0)
-    return _reduce(-(target * log_p + (1.0 - target) * log_not_p), reduction, "binary_crossentropy")
+    return _reduce(_binary_crossentropy_terms(probs, target), reduction, "binary_crossentropy")
 
 
 def binary_crossentropy_with_logits(logits: ArrayLike, target: ArrayLike, reduction: str = "mean",
