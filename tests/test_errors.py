@@ -284,6 +284,8 @@ ROWS: list[Row] = [
           "only")),
     Row("E-axis-6", lambda: fnp.expand_dims(ones(2, 3), 5), ValueError,
         E("axis ", NUM, " is out of bounds for an array of rank ", NUM)),
+    Row("E-axis-7", lambda: ones(2, 3).unsqueeze(None), TypeError,
+        E("expand_dims: axis must be an int or a sequence of ints, got ", ANY)),
     # --- tracers -------------------------------------------------------------------------------------------
     Row("E-tracer-1", lambda: fg.jit(lambda x: x if x > 0 else -x)(fnp.ones(())), fg.ConcretizationError,
         E("bool() needs a concrete value, but this array is traced (an abstract ", NAME, " inside ", ANY,
@@ -576,6 +578,8 @@ ROWS: list[Row] = [
         E("layer_norm: normalized_shape must be an int or a sequence of ints, got ", ANY)),
     Row("E-nn-22", lambda: F.group_norm(ones(2, 4), 3), ValueError,
         E("group_norm: num_groups=", ANY, " must divide the ", NUM, " channels (a positive int)")),
+    Row("E-nn-23", lambda: nn.MaxPool2d(None), ValueError,
+        E("MaxPool2d: kernel_size must be an int or a pair of ints, got ", ANY)),
     # --- optimisers and autograd ---------------------------------------------------------------------------
     Row("E-optim-1", lambda: optim.SGD([Tensor.ones(2)], lr=-1.0), ValueError,
         E(NAME, ": lr must be a float >= 0 or a schedule (step -> lr), got ", ANY)),

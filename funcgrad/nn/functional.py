@@ -475,8 +475,8 @@ def dropout(x: ArrayLike, rate: float = 0.5, key: ArrayLike | None = None, train
     [1.0, 1.0, 1.0]
     """
     x = _float_tensor(x, "dropout")
-    if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"dropout: rate must be in [0, 1], got {rate}")
+    if not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+        raise ValueError(f"dropout: rate must be in [0, 1], got {rate!r}")
     if not training or rate == 0.0:
         return x
     if rate == 1.0:

@@ -47,7 +47,7 @@ def _positive_ints(layer: str, **values: Any) -> None:
 
 
 def _pair(layer: str, name: str, value: int | Sequence[int], minimum: int = 1) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, int) else tuple(value)
+    pair: tuple[Any, ...] = (value, value) if not isinstance(value, Sequence) else tuple(value)
     if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
         raise ValueError(f"{layer}: {name} must be an int or a pair of ints, got {value!r}")
     if min(pair) < minimum:
@@ -214,7 +214,7 @@ class BatchNorm2d(BatchNorm):
 
 
 def _normalized_shape(layer: str, shape: int | Sequence[int]) -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    dims: tuple[Any, ...] = (shape,) if not isinstance(shape, Sequence) else tuple(shape)
     if not dims or not all(isinstance(d, int) and d > 0 for d in dims):
         raise ValueError(f"{layer}: normalized_shape must be a positive int or a tuple of them, got {shape!r}")
     return dims
@@ -312,7 +312,7 @@ class Dropout(Module):
     key it comes from the global key."""
 
     def __init__(self, p: float = 0.5) -> None:
-        if not 0.0 <= p <= 1.0:
+        if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
             raise ValueError(f"Dropout: p must be a probability in [0, 1], got {p!r}")
         self.p = p
 

@@ -121,6 +121,8 @@ def moveaxis(x: ArrayLike, source: int | Sequence[int], destination: int | Seque
 def expand_dims(x: ArrayLike, /, axis: int | Sequence[int] = 0) -> Tensor:
     """Insert size-1 axes at ``axis`` (positions in the result)."""
     x = asarray(x)
+    if not isinstance(axis, (int, np.integer, Sequence)):
+        raise TypeError(f"expand_dims: axis must be an int or a sequence of ints, got {axis!r}")
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     out_ndim = x.ndim + len(axes)
     positions = set(normalize_axes(axes, out_ndim))
