@@ -327,6 +327,20 @@ def test_beam_finds_the_fastest_combination_and_rejects_wrong_outputs() -> None:
     assert cached_opts(kernel) == chosen
 
 
+def test_beam_keeps_the_heuristic_unless_a_choice_is_clearly_faster() -> None:
+    kernel = only_kernel(lambda x: (x * 2).sum(axis=1), f32(64, 300))
+    clock = FakeClock()
+
+    def fake_compile(candidate: Kernel) -> Callable[[Sequence[np.ndarray], Sequence[np.ndarray]], None]:
+        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+            clock.now += 0.98 if Opt("unroll", 0, 2) in (candidate.opts or ()) else 1.0  # within the noise
+            for out, value in zip(outputs, evaluate_kernel(candidate, inputs)):
+                out[...] = value
+        return run
+
+    assert beam_search(kernel, 2, budget_s=1e9, compile=fake_compile, timer=clock) == heuristic_opts(kernel)
+
+
 def test_small_kernels_keep_the_heuristics_without_timing() -> None:
     kernel = only_kernel(lambda x: x * 2, f32(10, 10))
 

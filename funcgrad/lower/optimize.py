@@ -55,6 +55,7 @@ UPCASTS = (1, 2, 4)
 UNROLLS = (1, 2, 4, 8)
 WIDTHS = (0, 1, 4, 8, 16)
 TIMING_RUNS = 3
+CONFIRM_MARGIN = 0.95  # a choice other than the heuristic's must be at least 5% faster on a second timing
 SLOW_CANDIDATE = 3.0  # a candidate whose first run takes this many times the best so far is not timed further
 
 
@@ -412,6 +413,25 @@ def _time(run: Callable[[], None], timer: Callable[[], float], limit: float = fl
     return best
 
 
+PROBE_PARTS = 16  # a candidate is first run on 1/PROBE_PARTS of axis 0 to estimate its time
+
+
+def _probe(compiled: Any, kernel: Kernel, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+           timer: Callable[[], float]) -> float:
+    """The time of a full run estimated from a run over the first rows of axis 0 (one chunk, one
+    thread), so a hopeless candidate (an i-j-k matmul: seconds) costs a fraction of that; 0.0 when
+    ``compiled`` is not a CompiledKernel or axis 0 is short."""
+    function = getattr(compiled, "function", None)
+    outer = kernel.shape[0] if kernel.shape else 1
+    if function is None or outer < PROBE_PARTS:
+        return 0.0
+    rows = outer // PROBE_PARTS
+    pointers = [array.__array_interface__["data"][0] for array in (*outputs, *inputs)]
+    started = timer()
+    function(*pointers, 0, rows)
+    return (timer() - started) * outer / rows / max(1, getattr(compiled, "threads", 1))
+
+
 def beam_search(kernel: Kernel, width: int, budget_s: float | None = None, *,
                 compile: Callable[[Kernel], Any] = compile_for_timing,
                 timer: Callable[[], float] = time.perf_counter) -> tuple[Opt, ...]:
@@ -439,12 +459,21 @@ def beam_search(kernel: Kernel, width: int, budget_s: float | None = None, *,
     inputs = random_inputs(kernel)
     reduce_length = int(np.prod(kernel.reduce_shape))
 
-    def measure(opts: tuple[Opt, ...], limit: float = float("inf")) -> tuple[float, list[np.ndarray]]:
+    runners: dict[tuple[Opt, ...], Callable[[], None]] = {}
+
+    def measure(opts: tuple[Opt, ...], limit: float = float("inf")) -> tuple[float, list[np.ndarray] | None]:
+        """(seconds, outputs); outputs None when a probe of a few rows shows the candidate has lost."""
         compiled = compile(attrs.evolve(kernel, opts=opts))
         outputs = [np.empty(aval.shape, aval.dtype) for aval in kernel.out_avals]
-        return _time(lambda: compiled(inputs, outputs), timer, limit), outputs
+        estimate = _probe(compiled, kernel, inputs, outputs, timer)
+        if estimate > limit:
+            return estimate, None
+        runners[opts] = lambda: compiled(inputs, outputs)
+        return _time(runners[opts], timer, limit), outputs
 
-    base_seconds, reference = measure(base)
+    base_seconds, base_outputs = measure(base)
+    assert base_outputs is not None
+    reference = base_outputs
     beam: list[tuple[float, tuple[Opt, ...]]] = [(base_seconds, base)]
     seen, tried, rejected = {base}, 0, 0
     plain = heuristic_opts(kernel, tile=False)
@@ -467,6 +496,8 @@ def beam_search(kernel: Kernel, width: int, budget_s: float | None = None, *,
                 if debug_level() >= 2:
                     print(f"BEAM {kernel.name}: {' '.join(map(str, candidate))} failed: {error}", file=sys.stderr)
                 continue
+            if outputs is None:
+                continue  # far slower than the best (a probe of a few rows said so)
             if not outputs_match(outputs, reference, reduce_length):
                 rejected += 1
                 if debug_level() >= 2:
@@ -474,11 +505,19 @@ def beam_search(kernel: Kernel, width: int, budget_s: float | None = None, *,
                           file=sys.stderr)
                 continue
             timed.append((seconds, candidate))
+            if debug_level() >= 3:
+                print(f"BEAM {kernel.name}: {seconds * 1e3:9.3f} ms [{' '.join(map(str, candidate)) or 'none'}]",
+                      file=sys.stderr)
         next_beam = sorted(beam + timed, key=lambda entry: entry[0])[:width]
         if next_beam[0][1] == beam[0][1] and all(entry in beam for entry in next_beam):
             break  # nothing better this round
         beam = next_beam
     best_seconds, best = beam[0]
+    if best != base:  # time the winner against the heuristic once more, alternately: noise must not win
+        base_seconds = min(base_seconds, _time(runners[base], timer))
+        best_seconds = min(best_seconds, _time(runners[best], timer))
+        if best_seconds > CONFIRM_MARGIN * base_seconds:
+            best_seconds, best = base_seconds, base
     _store(kernel, best, best_seconds, base_seconds)
     if debug_level() >= 2:
         print(f"BEAM {kernel.name}: {tried} candidates ({rejected} rejected), best {best_seconds * 1e3:.3f} ms "
