@@ -132,21 +132,25 @@ def test_eager_lazy_tensors_in_threads():
 
 
 def test_one_device_compiles_the_same_kernels_from_threads(tmp_path):
-    """Four threads compile the same kernels on one fresh device: every result is right and the
-    device's memory cache holds each kernel once."""
+    """Four threads compile the same kernels on one fresh device at once: every result is right, and
+    all threads end up with the one compiled kernel the device cached for each."""
     device = cpu.CPUDevice(tmp_path)
     programs = [fg.make_ir(lambda x, k=k: (fnp.cos(x) * k).sum(axis=0))(np.ones((3, 4 + k), np.float32))
-                for k in range(6)]
+                for k in range(1, 7)]
 
-    def work(number: int) -> list[np.ndarray]:
-        return [plan.Plan(ir, device).run([np.full((3, 4 + k), 0.5, np.float32)])[0]
-                for k, ir in enumerate(programs)]
+    def work(number: int) -> list[plan.Plan]:
+        return [plan.Plan(ir, device) for ir in programs]
 
-    for outs in run_in_threads(work):
-        for k, out in enumerate(outs):
+    plans_by_thread = run_in_threads(work)
+    for plans in plans_by_thread:
+        for k, compiled_plan in enumerate(plans, start=1):
+            (out,) = compiled_plan.run([np.full((3, 4 + k), 0.5, np.float32)])
             np.testing.assert_allclose(out, np.full(4 + k, 3 * np.cos(0.5) * k), rtol=1e-5)
-    assert len(device.memory_cache) == len({compiled.source for compiled in device.memory_cache.values()})
-    assert device.stats["compiled"] + device.stats["disk_hits"] >= len(programs)
+    for number in range(len(programs)):
+        kernels = [list(plans[number].compiled.values()) for plans in plans_by_thread]
+        assert all(len(ks) == 1 for ks in kernels)
+        assert len({id(ks[0]) for ks in kernels}) == 1, "the threads share the kernel the device cached"
+    assert len(device.memory_cache) == len(programs)
 
 
 # --- two processes, one cache folder ---------------------------------------------------------------------
