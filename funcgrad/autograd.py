@@ -15,6 +15,7 @@ differentiates that with ``vjp`` and records the gradients into the same trace.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,22 +27,22 @@ from funcgrad.ir.tracing import IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.lazy import LazyBuffer, graph_to_ir, realize
 from funcgrad.tensor import GRAD_LEAVES, Tensor, evaluate
 
-_training = [False]
+_training = threading.local()  # .mode, per thread (as PyTorch's grad mode): threads' train() blocks never mix
 
 
 @contextlib.contextmanager
 def train(mode: bool = True) -> Iterator[None]:
-    """``with Tensor.train():`` sets ``Tensor.training`` (read by dropout and batch norm)."""
-    previous = _training[0]
-    _training[0] = mode
+    """``with Tensor.train():`` sets ``Tensor.training`` (read by dropout and batch norm) in this thread."""
+    previous = is_training()
+    _training.mode = mode
     try:
         yield
     finally:
-        _training[0] = previous
+        _training.mode = previous
 
 
 def is_training() -> bool:
-    return _training[0]
+    return bool(getattr(_training, "mode", False))
 
 
 _grad_writes: list[set[int]] = []  # one set per running jit trace: ids of Tensors whose .grad was assigned

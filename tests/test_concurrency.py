@@ -131,6 +131,32 @@ def test_eager_lazy_tensors_in_threads():
         np.testing.assert_allclose(values, want, rtol=1e-5)
 
 
+def test_training_mode_is_per_thread():
+    """``with Tensor.train():`` in one thread does not put another thread's dropout and batch norm
+    into training mode (it is per thread, as PyTorch's grad mode)."""
+    inside, done = threading.Barrier(2), threading.Event()
+    seen: dict[str, bool] = {}
+
+    def work(number: int) -> None:
+        if number == 0:  # the trainer: stays inside its block until the other thread has looked
+            with Tensor.train():
+                inside.wait()
+                seen["trainer"] = bool(Tensor.training)
+                assert done.wait(timeout=60)
+        else:
+            inside.wait()
+            seen["evaluator"] = bool(Tensor.training)
+            with Tensor.train():
+                seen["evaluator in its own block"] = bool(Tensor.training)
+            seen["evaluator after its block"] = bool(Tensor.training)
+            done.set()
+
+    run_in_threads(work, threads=2)
+    assert seen == {"trainer": True, "evaluator": False, "evaluator in its own block": True,
+                    "evaluator after its block": False}
+    assert not Tensor.training
+
+
 def test_one_device_compiles_the_same_kernels_from_threads(tmp_path):
     """Four threads compile the same kernels on one fresh device at once: every result is right, and
     all threads end up with the one compiled kernel the device cached for each."""
