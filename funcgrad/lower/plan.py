@@ -128,9 +128,58 @@ class Plan:
         self.compiled = {id(step): kernel for step, kernel in zip(kernel_steps, compiled)}
         self.resident = bool(getattr(device, "resident", False))
         self.release_after = _last_uses(self.ir, self.steps)
+        self.replay = None if self.resident else self._replay_steps()
         if debug_level() >= 3:  # a device's compiled kernel carries the optimiser's opts
             for kernel, done in zip(self.kernels, compiled):
                 print(getattr(done, "kernel", kernel), file=sys.stderr)
+
+    def _replay_steps(self) -> list[Any] | None:
+        """Per step, what the lean replay needs: for a kernel (launch, input ids, output (shape, dtype)
+        pairs, output ids), for a host step None; or None when a compiled kernel has no raw ``launch``
+        (a device other than the CPU)."""
+        steps: list[Any] = []
+        for step in self.steps:
+            if not isinstance(step, KernelStep):
+                steps.append(None)
+                continue
+            compiled = self.compiled[id(step)]
+            launch = getattr(compiled, "launch", None)
+            if launch is None or not hasattr(compiled, "size"):
+                return None
+            outputs = [(v.aval.shape, v.aval.dtype) for v in step.outputs]
+            steps.append((launch if compiled.size else None, [v.id for v in step.inputs], outputs,
+                          [v.id for v in step.outputs]))
+        return steps
+
+    def _replay(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None) -> list[np.ndarray]:
+        """``run`` without per-kernel checks (DEBUG and NaN checks off): the plan's inputs are checked
+        once (dtype, C order), every intermediate is made here with its declared dtype and shape, and
+        each kernel is launched on raw addresses."""
+        assert self.replay is not None
+        env: dict[int, np.ndarray] = {}
+        values = (*(self.ir.consts if consts is None else consts), *args)
+        for var, value in zip((*self.ir.const_vars, *self.ir.in_vars), values):
+            array = np.asarray(value)
+            if array.dtype != var.aval.dtype or array.shape != var.aval.shape:
+                raise ValueError(f"plan input {var} got a {array.dtype.name}{list(array.shape)} array")
+            env[var.id] = array if array.flags.c_contiguous else np.ascontiguousarray(array)
+        for position, (step, fast) in enumerate(zip(self.steps, self.replay)):
+            if fast is None:
+                _run_host(step, env)  # type: ignore[arg-type]
+                for var in step.eqn.outputs:  # type: ignore[union-attr]
+                    value = env[var.id]
+                    if value.dtype != var.aval.dtype or not value.flags.c_contiguous:
+                        env[var.id] = np.ascontiguousarray(value, dtype=var.aval.dtype)
+            else:
+                launch, input_ids, output_specs, output_ids = fast
+                outputs = [np.empty(shape, dtype) for shape, dtype in output_specs]
+                if launch is not None:
+                    launch([a.__array_interface__["data"][0] for a in outputs]
+                           + [env[i].__array_interface__["data"][0] for i in input_ids])
+                env.update(zip(output_ids, outputs))
+            for var_id in self.release_after[position]:
+                env.pop(var_id, None)
+        return [np.asarray(a.value) if isinstance(a, Literal) else env[a.id] for a in self.ir.outputs]
 
     def kernel_infos(self) -> list[KernelInfo]:
         render = getattr(self.device, "render", str)
@@ -139,6 +188,8 @@ class Plan:
     def run(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         if self.resident:
             return self._run_resident(args, consts)
+        if self.replay is not None and not debug_level() and not nan_check.active_checks():
+            return self._replay(args, consts)
         env: dict[int, np.ndarray] = {}
         for var, value in zip(self.ir.const_vars, self.ir.consts if consts is None else consts):
             env[var.id] = np.asarray(value)
