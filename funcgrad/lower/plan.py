@@ -26,6 +26,7 @@ import contextlib
 import functools
 import hashlib
 import io
+import math
 import os
 import pickle
 import sys
@@ -160,7 +161,7 @@ class Plan:
         values = (*(self.ir.consts if consts is None else consts), *args)
         for var, value in zip((*self.ir.const_vars, *self.ir.in_vars), values):
             array = np.asarray(value)
-            if array.dtype != var.aval.dtype or array.shape != var.aval.shape:
+            if array.dtype != var.aval.dtype or array.size != math.prod(var.aval.shape):
                 raise ValueError(f"plan input {var} got a {array.dtype.name}{list(array.shape)} array")
             env[var.id] = array if array.flags.c_contiguous else np.ascontiguousarray(array)
         for position, (step, fast) in enumerate(zip(self.steps, self.replay)):
