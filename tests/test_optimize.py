@@ -209,6 +209,15 @@ def test_thread_opt_sets_the_chunk_count(tmp_path: Path) -> None:
         np.testing.assert_allclose(out, np.tanh(x) * 3 + 1, rtol=1e-6, atol=1e-6)
 
 
+def test_a_kernel_without_opts_takes_its_threads_from_the_source_it_was_compiled_from(
+        two_cpus: None, tmp_path: Path) -> None:
+    """A stored plan hands back its steps' unoptimised kernels with the compiled code."""
+    kernel = only_kernel(lambda x: fnp.tanh(x) * 3 + 1, f32(1000, 700))
+    compiled = CPUDevice(cache_dir=tmp_path).compile(attrs.evolve(kernel, opts=opts(("thread", 0, 3))))
+    assert cpu_module.CompiledKernel(kernel, compiled.source, compiled.address, "disk", 0.0).threads == 3
+    assert cpu_module.CompiledKernel(kernel, "", compiled.address, "disk", 0.0).threads == 2  # the optimiser's
+
+
 # --- invalid opts -----------------------------------------------------------------------------------------
 
 def test_invalid_opts_raise_clear_errors() -> None:

@@ -28,6 +28,7 @@ import functools
 import hashlib
 import os
 import queue
+import re
 import sys
 import tempfile
 import threading
@@ -367,11 +368,19 @@ def heuristic_threads(kernel: Kernel) -> int:
     return min(thread_count(), outer)
 
 
-def kernel_threads(kernel: Kernel) -> int:
-    """The chunk count a kernel's ``thread`` opt asks for (1 without one); a kernel never optimised
-    gets the optimiser's choice."""
-    opts = kernel.opts if kernel.opts is not None else optimize(kernel).opts
-    return next((opt.amount for opt in opts or () if opt.action == "thread"), 1)
+_SOURCE_THREADS = re.compile(r"^;\s+opts: .*\bthread\(0, (\d+)\)", re.MULTILINE)
+
+
+def kernel_threads(kernel: Kernel, source: str = "") -> int:
+    """The chunk count a kernel's ``thread`` opt asks for (1 without one). A kernel without opts (a
+    stored plan's) takes it from the opts line ``render_llvm`` wrote into its source, else from the
+    optimiser."""
+    if kernel.opts is None:
+        if ";     opts: " in source:
+            found = _SOURCE_THREADS.search(source)
+            return int(found.group(1)) if found else 1
+        kernel = optimize(kernel)
+    return next((opt.amount for opt in kernel.opts or () if opt.action == "thread"), 1)
 
 
 class CompiledKernel:
@@ -398,7 +407,7 @@ class CompiledKernel:
         self.size = int(np.prod(kernel.shape))
         self.outer = kernel.shape[0] if kernel.shape else 1
         self.work = estimated_work(kernel)
-        self.threads = min(kernel_threads(kernel), self.outer)  # chunks of axis 0 (the thread opt)
+        self.threads = min(kernel_threads(kernel, source), self.outer)  # chunks of axis 0 (the thread opt)
         self.parallel = self.threads > 1
         self._expected = [(aval.dtype, int(np.prod(aval.shape))) for aval in (*kernel.out_avals, *kernel.in_avals)]
 
