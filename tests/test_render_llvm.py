@@ -674,3 +674,31 @@ def test_swap_with_a_short_reduction(device: CPUDevice) -> None:
     assert Opt("swap", 1, 3) in heuristic_opts(info.kernel)
     want = np.transpose(x, (0, 3, 1, 2)).reshape(4, 32, 8, 2, 6, 2).max(axis=(3, 5))
     np.testing.assert_array_equal(np.asarray(fg.jit(pool)(x)), want)
+
+
+def test_compile_many_compiles_each_source_once_in_parallel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPUDevice.compile_many (a plan's first build): LLVM runs on several threads, one compile per
+    distinct source, results equal to the evaluator's; a failure names its kernel."""
+    device = CPUDevice(cache_dir=tmp_path)
+    ops = ["exp", "sin", "tanh", "sqrt", "log1p"]
+    kernels = [elementwise_kernel(f"k_{op}", [dtypes.float32], [alu(op, load(0, g(), dtypes.float32))], n=1 << 13)
+               for op in ops]
+    kernels.append(kernels[1])  # a twin: compiled once
+    monkeypatch.setattr(cpu_module, "thread_count", lambda: 2)
+    compiled = device.compile_many(kernels)
+    assert device.stats["compiled"] == len(ops)
+    x = np.abs(sample(dtypes.float32, n=1 << 13)) + 0.5
+    for kernel, done in zip(kernels, compiled):
+        out = np.empty(1 << 13, np.float32)
+        done([x], [out])
+        (want,) = evaluate_kernel(kernel, [x])
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+
+    def broken(source: str, level: int = 3) -> bytes:
+        raise RuntimeError("LLVM said no")
+
+    monkeypatch.setattr(cpu_module.host_target(), "compile_alone", broken)
+    fresh = [elementwise_kernel(f"fresh_{op}", [dtypes.float32], [alu(op, load(0, g(), dtypes.float32))], n=999)
+             for op in ("cos", "exp2")]
+    with pytest.raises(KernelCompileError, match="kernel fresh_cos failed to compile: LLVM said no"):
+        device.compile_many(fresh)

@@ -92,6 +92,7 @@ class _HostTarget:
                                       self.triple, self.cpu, self.features])
         self.lock = threading.Lock()  # LLVM's optimizer and code generator are used by one thread at a time
         self.machine = self.new_machine()
+        self.per_thread = threading.local()  # compile_alone's contexts and machines
         self.pass_builders = {level: llvm.create_pass_builder(self.machine,
                                                               llvm.create_pipeline_tuning_options(speed_level=level))
                               for level in (0, 3)}
@@ -111,6 +112,23 @@ class _HostTarget:
             pass_builder = self.pass_builders[speed_level]
             pass_builder.getModulePassManager().run(module, pass_builder)
             return bytes(self.machine.emit_object(module))
+
+    def compile_alone(self, source: str, speed_level: int = 3) -> bytes:
+        """``compile`` in this thread's own LLVM context and target machine, without the lock, so
+        kernels compile on every CPU at once (``CPUDevice.compile_many``)."""
+        own = self.per_thread.__dict__
+        if "machine" not in own:
+            own["context"] = llvm.create_context()
+            own["machine"] = self.new_machine()
+            own["pass_builders"] = {level: llvm.create_pass_builder(
+                own["machine"], llvm.create_pipeline_tuning_options(speed_level=level)) for level in (0, 3)}
+        module = llvm.parse_assembly(source, context=own["context"])
+        module.triple = self.triple
+        module.data_layout = str(own["machine"].target_data)
+        module.verify()
+        pass_builder = own["pass_builders"][speed_level]
+        pass_builder.getModulePassManager().run(module, pass_builder)
+        return bytes(own["machine"].emit_object(module))
 
     def load(self, object_code: bytes, function_name: str) -> tuple[llvm.ExecutionEngine, int]:
         """Link object code into a fresh MCJIT engine; the engine must outlive every call."""
@@ -327,6 +345,16 @@ class _WorkerPool:
                 raise error
 
 
+_compile_pool_lock = threading.Lock()  # one compile_many at a time uses the pool's threads
+
+
+@functools.cache
+def compile_pool() -> Any:
+    """Threads that run LLVM for ``CPUDevice.compile_many`` (one per CPU)."""
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(max_workers=thread_count(), thread_name_prefix="funcgrad-llvm")
+
+
 def thread_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -492,6 +520,42 @@ class CPUDevice:
             raise KernelCompileError(f"kernel {kernel.name} cannot be rendered for the CPU: {error}") from error
 
     def compile(self, kernel: Kernel) -> CompiledKernel:
+        prepared = self._prepare(kernel)
+        if isinstance(prepared, CompiledKernel):
+            return prepared
+        return self._finish(*prepared, None)
+
+    def compile_many(self, kernels: Sequence[Kernel]) -> list[CompiledKernel]:
+        """``compile`` every kernel, running LLVM on up to ``thread_count()`` kernels at once (each
+        thread with its own LLVM context): a plan's first build takes about 1/CPUs of the time."""
+        prepared = [self._prepare(kernel) for kernel in kernels]
+        first: dict[str, int] = {}  # one compile per distinct source; its twins then hit the memory cache
+        for i, p in enumerate(prepared):
+            if not isinstance(p, CompiledKernel):
+                first.setdefault(p[1], i)
+        missing = [i for i in first.values() if self.disk_cache.load(prepared[i][3]) is None]  # type: ignore[index]
+        objects: dict[int, bytes | BaseException] = {}
+        if len(missing) > 1 and thread_count() > 1:
+            target = host_target()
+            started = time.perf_counter()
+
+            def build(index: int) -> bytes | BaseException:
+                _kernel, source, level, _key = prepared[index]  # type: ignore[misc]
+                try:
+                    self._check_symbols(source)
+                    return target.compile_alone(source, level)
+                except RuntimeError as error:
+                    return error
+
+            with _compile_pool_lock:
+                objects = dict(zip(missing, compile_pool().map(build, missing)))
+            PHASE_SECONDS["llvm"] += time.perf_counter() - started
+        return [p if isinstance(p, CompiledKernel) else self._finish(*p, objects.get(i))
+                for i, p in enumerate(prepared)]
+
+    def _prepare(self, kernel: Kernel) -> CompiledKernel | tuple[Kernel, str, int, str]:
+        """Optimise and render ``kernel``: the compiled kernel if memory has it, else (kernel with
+        its opts, LLVM source, speed level, disk-cache key)."""
         started = time.perf_counter()
         try:
             kernel = optimize(kernel)  # heuristics, a stored BEAM choice, or a search when BEAM is set
@@ -509,16 +573,27 @@ class CPUDevice:
         cached = self._from_memory(kernel, source)
         if cached is not None:
             return cached
+        return kernel, source, level, self.disk_cache.key(source)
+
+    def _finish(self, kernel: Kernel, source: str, level: int, key: str,
+                built: bytes | BaseException | None) -> CompiledKernel:
+        """Load the kernel's object code (``built`` by compile_many, else from disk or compiled now)."""
+        cached = self._from_memory(kernel, source)  # a twin earlier in compile_many's list
+        if cached is not None:
+            return cached
+        if isinstance(built, BaseException):
+            detail = f"\n{source}" if debug_level() >= 4 else " (DEBUG=4 shows its LLVM source)"
+            raise KernelCompileError(f"kernel {kernel.name} failed to compile: {built}{detail}") from built
         started = time.perf_counter()
         target = host_target()
         function_name = llvm_function_name(kernel)
-        key = self.disk_cache.key(source)
-        origin, (engine, address) = "disk", self._load_object(key, function_name)
+        origin, (engine, address) = "disk", (None, 0) if built is not None else self._load_object(key, function_name)
         if engine is None:
             origin = "compiled"
             try:
-                self._check_symbols(source)
-                object_code = target.compile(source, level)
+                if built is None:
+                    self._check_symbols(source)
+                object_code = built if built is not None else target.compile(source, level)
                 engine, address = target.load(object_code, function_name)
             except RuntimeError as error:
                 detail = f"\n{source}" if debug_level() >= 4 else " (DEBUG=4 shows its LLVM source)"
