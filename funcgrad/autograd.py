@@ -25,7 +25,7 @@ from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Var
 from funcgrad.ir.tracing import IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.lazy import LazyBuffer, graph_to_ir, realize
-from funcgrad.tensor import GRAD_LEAVES, Tensor, evaluate
+from funcgrad.tensor import Tensor, evaluate, grad_leaves
 
 _training = threading.local()  # .mode, per thread (as PyTorch's grad mode): threads' train() blocks never mix
 
@@ -80,7 +80,7 @@ def backward(loss: Tensor, gradient: Any = None) -> Tensor:
         raise RuntimeError("backward() needs the computation that produced this Tensor, but its value was "
                            "already computed (by .item(), .numpy(), print, ...), which discards it; call "
                            "backward() first")
-    leaves = {id(t._data): t for t in list(GRAD_LEAVES.values()) if t.requires_grad}
+    leaves = {id(t._data): t for t in grad_leaves() if t.requires_grad}
     buffers = [t._data for t in leaves.values() if isinstance(t._data, LazyBuffer)]
     realize([b for b in buffers if not b.realized])  # the leaves become inputs of the graph
     by_buffer = {id(b): leaves[id(b)] for b in buffers}
@@ -114,7 +114,7 @@ def _traced_backward(loss: Tensor, data: Tracer, gradient: Any) -> Tensor:
         raise RuntimeError(f"backward() on a value of the {builder.label} trace while an inner trace runs; "
                            "call backward() in the function that computed the loss")
     leaves: dict[int, Tensor] = {}  # var id -> leaf; one leaf per var (the first Tensor holding it)
-    for t in list(GRAD_LEAVES.values()):
+    for t in grad_leaves():
         leaf_data = t._data
         if (t.requires_grad and isinstance(leaf_data, Tracer) and leaf_data.builder is builder
                 and dtypes.is_float(leaf_data.aval.dtype)):

@@ -12,6 +12,7 @@ lazy op. Everything else (``funcgrad.numpy``, the Tensor methods, the transforms
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -124,7 +125,8 @@ class Tensor(_Methods):
                             "only floating-point values have gradients (cast with .float())")
         self._requires_grad = value
         if value:
-            GRAD_LEAVES[id(self)] = self
+            with _GRAD_LEAVES_LOCK:
+                GRAD_LEAVES[id(self)] = self
 
     @classmethod
     def _wrap(cls, data: LazyBuffer | Tracer, weak: bool = False) -> Tensor:
@@ -272,6 +274,13 @@ class Tensor(_Methods):
 Array = Tensor
 # Tensors that asked for gradients, by id (Tensors are unhashable, like NumPy arrays)
 GRAD_LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_GRAD_LEAVES_LOCK = threading.Lock()  # one thread may add a leaf while backward() in another lists them
+
+
+def grad_leaves() -> list[Tensor]:
+    """The live Tensors that asked for gradients (a snapshot, safe while other threads add some)."""
+    with _GRAD_LEAVES_LOCK:
+        return list(GRAD_LEAVES.values())
 
 # --- binding primitives ------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -85,9 +86,9 @@ def test_different_jitted_functions_in_four_threads():
     assert [f.trace_count for f in functions] == [1] * THREADS
 
 
-def test_stateful_jitted_steps_on_separate_models_in_threads():
+def test_training_steps_on_separate_models_in_threads():
     """Tracing swaps tracers into the caller's Tensors: four threads tracing one stateful step on their
-    own models at once must each train exactly as a single thread does."""
+    own models at once must each train exactly as a single thread does; so must eager steps."""
     def make(seed: int) -> tuple[nn.Linear, nn.optim.SGD, np.ndarray, np.ndarray]:
         Tensor.manual_seed(seed)  # the global random state: made here, in one thread
         model = nn.Linear(4, 2)
@@ -115,6 +116,9 @@ def test_stateful_jitted_steps_on_separate_models_in_threads():
     for got, want in zip(results, expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert shared_step.trace_count == 1
+    setups = [make(seed) for seed in range(THREADS)]  # and eager steps (backward, optimiser) in threads
+    for got, want in zip(run_in_threads(lambda number: train(step_fn, setups[number])), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_eager_lazy_tensors_in_threads():
@@ -129,6 +133,28 @@ def test_eager_lazy_tensors_in_threads():
     for number, values in enumerate(run_in_threads(work)):
         want = [float((np.arange(12).reshape(3, 4) + number + step).sum(axis=1).max()) for step in range(15)]
         np.testing.assert_allclose(values, want, rtol=1e-5)
+
+
+def test_backward_in_threads_while_others_make_leaves():
+    """backward() lists the Tensors that asked for gradients while other threads add some; with a tiny
+    thread switch interval the unguarded listing failed ('dictionary changed size during iteration')
+    in about two runs of three."""
+    def work(number: int) -> list[float]:
+        grads = []
+        for step in range(150):
+            weight = Tensor(np.ones(3, np.float32), requires_grad=True)
+            (weight * float(step + number)).sum().backward()
+            grads.append(float(weight.grad.numpy()[0]))
+        return grads
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        results = run_in_threads(work)
+    finally:
+        sys.setswitchinterval(interval)
+    for number, grads in enumerate(results):
+        np.testing.assert_allclose(grads, np.arange(150) + number)
 
 
 def test_training_mode_is_per_thread():
