@@ -15,10 +15,10 @@ import pytest
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
-from funcgrad import Tensor, nn
+from funcgrad import Tensor, lower, nn
 from funcgrad.caches import LRUCache, cache_size
 from funcgrad.debug import live_counts
-from funcgrad.devices import cpu
+from funcgrad.devices import cpu, get_device
 from funcgrad.lower import plan
 
 jit_module = importlib.import_module("funcgrad.transforms.jit")  # the module (funcgrad.transforms.jit is the function)
@@ -156,6 +156,26 @@ def test_plan_cache_is_bounded(small_plan_cache):
         x = Tensor(np.arange(n, dtype=np.float32) + 0.5)
         np.testing.assert_allclose(fnp.cos(x * 5.0).sum().numpy(), np.cos((np.arange(n) + 0.5) * 5).sum(), rtol=1e-5)
         assert len(small_plan_cache) <= 3
+
+
+def test_sixty_new_shapes_later_every_cache_is_at_its_bound(small_plan_cache, monkeypatch):
+    """A jitted function called on ever new shapes (variable-length batches): traces, plans, kernels and
+    engines stay at their bounds, and each result is right."""
+    device = get_device(None)
+    if not isinstance(device, cpu.CPUDevice):
+        pytest.skip(f"counts the CPU device's kernels and engines; the default device is {device.name}")
+    monkeypatch.setattr(jit_module, "JIT_CACHE_SIZE", 4)
+    monkeypatch.setattr(lower._JIT_PLANS, "max_entries", 3)
+    monkeypatch.setattr(device.memory_cache, "max_entries", 6)
+    f = fg.jit(lambda x: (fnp.tanh(x) * 2.0).sum())
+    start = live_counts()
+    for n in range(1, 61):
+        x = np.linspace(-1, 1, n, dtype=np.float32)
+        np.testing.assert_allclose(f(Tensor(x)).numpy(), 2 * np.tanh(x.astype(np.float64)).sum(), rtol=1e-5, atol=1e-5)
+    end = live_counts()
+    assert f.trace_count == 60 and len(f._cache) == 4
+    assert end["plans"] <= 3 and end["jit_plans"] <= 3 and len(device.memory_cache) <= 6
+    assert end["engines"] - start["engines"] <= 6 + 2 * 3, f"engines: {start['engines']} -> {end['engines']}"
 
 
 def test_evicted_kernels_keep_working_in_cached_plans(tmp_path):
