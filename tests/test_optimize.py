@@ -350,6 +350,29 @@ def test_beam_keeps_the_heuristic_unless_a_choice_is_clearly_faster() -> None:
     assert beam_search(kernel, 2, budget_s=1e9, compile=fake_compile, timer=clock) == heuristic_opts(kernel)
 
 
+def test_stored_plans_made_before_a_beam_choice_are_not_reused(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """The plan disk cache keys plans by the BEAM folder's state, so a choice stored later is used."""
+    from funcgrad.lower import plan as plan_module
+    monkeypatch.delenv("FUNCGRAD_PLAN_CACHE", raising=False)
+    x = f32(64, 128)
+    ir = fg.make_ir(lambda a: fnp.tanh(a) * 3 + 1)(x)
+    kernel = only_kernel(lambda a: fnp.tanh(a) * 3 + 1, x)
+    folder = tmp_path / "cache"  # the private_cache fixture's FUNCGRAD_CACHE: plans and BEAM choices together
+
+    def compiled_opts() -> tuple[Opt, ...] | None:
+        plan_module._PLANS.clear()  # a new process: only the disk
+        plan = plan_module.compile_plan(ir, CPUDevice(cache_dir=folder))
+        (only,) = plan.compiled.values()
+        np.testing.assert_allclose(plan.run([x])[0], np.tanh(x) * 3 + 1, rtol=1e-6, atol=1e-6)
+        return only.kernel.opts
+
+    assert compiled_opts() == heuristic_opts(kernel)
+    choice = opts(("vectorize", 0, 4))
+    optimize_module._store(kernel, choice, 1.0, 2.0)
+    assert compiled_opts() == choice
+
+
 def test_small_kernels_keep_the_heuristics_without_timing() -> None:
     kernel = only_kernel(lambda x: x * 2, f32(10, 10))
 

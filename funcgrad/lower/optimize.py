@@ -314,8 +314,9 @@ def _without(opts: Sequence[Opt], action: str) -> list[Opt]:
 
 def neighbours(kernel: Kernel, opts: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
     """Every valid opt tuple that differs from ``opts`` in one choice: reorder on/off, upcast
-    1/2/4, unroll 1/2/4/8 of the innermost reduction loop, vectorize widths, thread 1/n. The
-    split (precision) is never dropped. A register tile is not varied here."""
+    1/2/4, swap of the innermost output axis with another (or none), unroll 1/2/4/8 of the
+    innermost reduction loop, vectorize widths, thread 1/n. The split (precision) is never
+    dropped. A register tile is not varied here."""
     from funcgrad.devices.cpu import thread_count
     if any(opt.action in ("tile", "pad") for opt in opts):
         return []
@@ -325,8 +326,11 @@ def neighbours(kernel: Kernel, opts: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
         variants.append(_without(_without(opts, "reorder"), "upcast"))
     else:
         rows = [Opt("upcast", len(kernel.shape) - 2, ROW_BLOCK)] if len(kernel.shape) >= 2 else []
-        variants.append([*opts, Opt("reorder"), *rows])
-        variants.append([*opts, Opt("reorder")])
+        variants.append([*_without(opts, "swap"), Opt("reorder"), *rows])
+        variants.append([*_without(opts, "swap"), Opt("reorder")])
+        rank = len(kernel.shape)
+        variants.append(_without(opts, "swap"))
+        variants += [[*_without(opts, "swap"), Opt("swap", axis, rank - 1)] for axis in range(1, rank - 1)]
     if reorder and len(kernel.shape) >= 2:
         for amount in UPCASTS:
             rows = [Opt("upcast", len(kernel.shape) - 2, amount)] if amount > 1 else []

@@ -3,8 +3,8 @@ choices against the unoptimised kernel).
 
 Hypothesis draws a small program (matrix products, batched products, reductions over random axes
 including long sums, elementwise chains, softmax) with random shapes, schedules it into kernels,
-and draws ``CHOICES`` random valid opt tuples for each kernel (reorder, row blocks, unroll counts,
-vector widths, thread chunks, split depths). Each kernel compiled at O3 with those opts must compute
+and draws ``CHOICES`` random valid opt tuples for each kernel (reorder, row blocks, loop swaps,
+unroll counts, vector widths, thread chunks, split depths). Each kernel compiled at O3 with those opts must compute
 what the NumPy kernel evaluator (``evaluate_kernel``) computes on the same random inputs.
 
 ``FUNCGRAD_FUZZ_EXAMPLES`` sets the number of programs (20 by default); ``FUNCGRAD_FUZZ_SEED``
@@ -96,6 +96,10 @@ def random_opts(draw: st.DrawFn, kernel: Kernel) -> tuple[Opt, ...]:
             rows = draw(st.integers(1, min(4, kernel.shape[-2])))
             if rows > 1:
                 opts.append(Opt("upcast", len(kernel.shape) - 2, rows))
+    rank = len(kernel.shape)
+    if "reorder" not in {opt.action for opt in opts} and rank >= 3 and draw(st.booleans()):
+        first, second = draw(st.lists(st.integers(1, rank - 1), min_size=2, max_size=2, unique=True))
+        opts.append(Opt("swap", first, second))
     if reduces and draw(st.booleans()):
         opts.append(Opt("unroll", draw(st.integers(0, len(kernel.reduce_shape) - 1)),
                         draw(st.sampled_from([1, 2, 3, 4, 8]))))
