@@ -4,6 +4,7 @@ table and JSON say how each installed peer did. Timings are never asserted: they
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -124,7 +125,7 @@ def load_run_module() -> Any:
 def test_cnn_result_is_ok_within_three_times_pytorch_float32_error_and_not_beyond() -> None:
     run = load_run_module()
     loss, params, moments = [np.array(2.3)], [np.zeros((4, 4))], [np.full(3, 0.5)]
-    expected = {"values": [*loss, *params, *moments], "float32_errors": [1e-3, 1e-4, 1e-2]}
+    expected = {"values": {"first": [*loss, *params, *moments]}, "float32_errors": [1e-3, 1e-4, 1e-2]}
     assert run.cnn_compare([*loss, *params, *moments], expected) == (True, 0.0)
     # the moments off by 0.02: beyond 1e-3 of their largest, within 3x PyTorch float32's 0.01
     ok, error = run.cnn_compare([*loss, *params, moments[0] + 0.02], expected)
@@ -134,6 +135,34 @@ def test_cnn_result_is_ok_within_three_times_pytorch_float32_error_and_not_beyon
     ok, _ = run.cnn_compare([loss[0] + 0.01, *params, *moments], expected)  # > 3x 1e-3 and > rtol 1e-4
     assert ok is False
     assert run.cnn_compare([*loss, *params, *moments], None) == (None, None)
+
+
+def test_cnn_result_may_follow_either_rule_for_tied_maxima() -> None:
+    run = load_run_module()
+    loss, params = [np.array(2.3)], [np.zeros((4, 4))]
+    first, split = [np.array([0.5, 0.0])], [np.array([0.25, 0.25])]
+    expected = {"values": {"first": [*loss, *params, *first], "split": [*loss, *params, *split]},
+                "float32_errors": [0.0, 0.0, 0.0]}
+    assert run.cnn_compare([*loss, *params, *split], expected) == (True, 0.0)
+    assert run.cnn_compare([*loss, *params, *first], expected) == (True, 0.0)
+    ok, error = run.cnn_compare([*loss, *params, np.array([0.5, 0.25])], expected)
+    assert ok is False and error == pytest.approx(0.25)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the CNN reference is PyTorch's")
+def test_split_tie_reference_shares_a_windows_gradient_evenly() -> None:
+    import torch
+    run = load_run_module()
+    inputs = {"x": np.zeros((1, 1, 28, 28), np.float32), "labels": np.zeros(1, np.int32),
+              "params": run.cnn_inputs(run.QUICK)["params"]}
+    for ties in ("first", "split"):
+        model = run.torch_cnn(inputs, torch.float64, ties)
+        loss = model.step()
+        assert np.isfinite(loss.item())
+    pooled = torch.tensor([[[[1.0, 1.0], [0.0, 1.0]]]], dtype=torch.float64, requires_grad=True)
+    pooled.reshape(1, 1, 1, 2, 1, 2).amax(dim=(3, 5)).sum().backward()
+    assert pooled.grad is not None
+    np.testing.assert_allclose(pooled.grad.numpy().ravel(), [1 / 3, 1 / 3, 0.0, 1 / 3])
 
 
 def test_only_selects_workloads_and_frameworks(tmp_path: Path) -> None:
