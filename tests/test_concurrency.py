@@ -135,6 +135,15 @@ def test_eager_lazy_tensors_in_threads():
         np.testing.assert_allclose(values, want, rtol=1e-5)
 
 
+def test_one_pending_graph_realized_by_four_threads_at_once():
+    x = np.linspace(0, 1, 50, dtype=np.float32)
+    for _ in range(5):
+        shared = (fnp.sqrt(Tensor(x) + 1.0) * 3.0).cumsum()  # pending until a thread asks for it
+        outs = run_in_threads(lambda number, shared=shared: shared.numpy())
+        for out in outs:
+            np.testing.assert_allclose(out, np.cumsum(np.sqrt(x.astype(np.float64) + 1) * 3), rtol=1e-5)
+
+
 def test_backward_in_threads_while_others_make_leaves():
     """backward() lists the Tensors that asked for gradients while other threads add some; with a tiny
     thread switch interval the unguarded listing failed ('dictionary changed size during iteration')
