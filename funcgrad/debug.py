@@ -2,6 +2,7 @@
 
 1: why a jit function retraced, and kernels per realize; 2: each step's time; 3: the kernel IR;
 4: the generated source. Read on every use, so tests and notebooks can change it at run time.
+``live_counts()`` says what a long run keeps alive (buffers, plans, kernels, engines, traces).
 """
 
 from __future__ import annotations
