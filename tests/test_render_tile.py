@@ -178,3 +178,26 @@ def test_invalid_tile_actions_raise() -> None:
     ints = kernels_of(lambda a, b: a @ b, np.ones((64, 64), np.int32), np.ones((64, 64), np.int32))[0]
     with pytest.raises(ValueError, match="cannot be register-tiled"):
         render_tile.check_tile_opts(ints, (Opt("tile", 1, 32), Opt("upcast", 0, 4)))
+
+
+def test_one_row_sums_tile_on_one_thread(device: CPUDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-feature sum over a batch of channels-last images (BatchNorm's statistics): a rank-1
+    output tiled as one row, with a NaN-propagating max in the summand and partial blocks."""
+    x = np.ones((64, 5, 5, 48), np.float32)
+    mean = np.ones(48, np.float32)
+    kernel = kernels_of(lambda x, mean: (fnp.maximum(x - mean, 0.0) ** 2).sum(axis=(0, 1, 2)), x, mean)[0]
+    assert kernel.shape == (48,)
+    monkeypatch.setattr(render_tile, "TILE_MIN_WORK", 0)
+    opts = render_tile.tile_opts(kernel)
+    assert opts == (Opt("tile", 0, 48), Opt("thread", 0, 1))
+    inputs = random_inputs(kernel, seed=8)
+    inputs[0][3, 2, 1, 5] = np.nan
+    for block in (0, 7):
+        variant = attrs.evolve(kernel, opts=opts + ((Opt("split", 0, block),) if block else ()))
+        (out,) = run(device, variant, inputs)
+        assert np.isnan(out[5]) and np.isfinite(np.delete(out, 5)).all()
+        inputs_ok = [inputs[0].copy(), inputs[1]]
+        inputs_ok[0][3, 2, 1, 5] = 0.0
+        assert_matches_reference(variant, run(device, variant, inputs_ok), inputs_ok)
+    with pytest.raises(ValueError, match="one thread"):
+        render_tile.check_tile_opts(kernel, (Opt("tile", 0, 48), Opt("thread", 0, 2)))

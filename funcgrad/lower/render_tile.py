@@ -35,7 +35,10 @@ CHUNK_ROWS = 96  # rows of the shared operand's other side kept in L2 while the 
 BLOCK_TERMS = 256  # reduction terms per block: a block of both operands stays in L1/L2
 TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast (and compile faster)
 MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than they gain
-VECTOR_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul"}  # column-varying operations the tile renders
+# column-varying operations the tile renders (max/min propagate NaN, as the scalar renderer's)
+VECTOR_OPS = {"add": "fadd {t} {x}, {y}", "sub": "fsub {t} {x}, {y}", "mul": "fmul {t} {x}, {y}",
+              "max": "call {t} @llvm.maximum.v16f32({t} {x}, {t} {y})",
+              "min": "call {t} @llvm.minimum.v16f32({t} {x}, {t} {y})"}
 ROW, COLUMN, OUTER = "m", "c", "o"  # the tile's loop variables: row, column, outer row
 # (columns, rows) of the register tile, widest first; each keeps 24-28 of the 32 vector registers as
 # accumulators (6 x 64 and 8 x 48 measured ~1.3x faster than 14 x 32 on a 1024 product here)
@@ -76,6 +79,8 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     if int(np.prod(kernel.reduce_shape)) < MIN_TERMS:
         return None
     width, height = next((w, h) for w, h in TILES if columns >= w)
+    if len(kernel.shape) == 1:  # one row (a sum over a batch, per feature): one thread runs it
+        return (Opt("tile", 0, width), Opt("thread", 0, 1))
     if len(kernel.shape) >= 3:  # the row axis in equal blocks (20 rows: 2 x 10, not 14 + 6)
         blocks = -(-kernel.shape[-2] // height)
         height = -(-kernel.shape[-2] // blocks)
@@ -112,7 +117,7 @@ def check_tile_opts(kernel: Kernel, opts: tuple[Opt, ...]) -> None:
 
 
 def _tileable(kernel: Kernel) -> bool:
-    return (kernel.reduce_op == "sum" and kernel.reduce_expr is not None and len(kernel.shape) >= 2
+    return (kernel.reduce_op == "sum" and kernel.reduce_expr is not None and len(kernel.shape) >= 1
             and bool(kernel.reduce_shape) and kernel.reduce_expr.dtype == FLOAT32
             and _vectorisable(kernel.reduce_expr, f"g{len(kernel.shape) - 1}", {}))
 
@@ -146,6 +151,10 @@ def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
             height = opt.amount
         elif opt.action == "split" and opt.axis == 0:
             block = opt.amount
+    if len(kernel.shape) == 1:
+        height = 1
+        if any(opt.action == "thread" and opt.amount != 1 for opt in kernel.opts or ()):
+            raise ValueError(f"kernel {kernel.name}: a one-row tile runs on one thread (thread(0, 1))")
     if width <= 0 or width % LANES or height <= 0:
         raise ValueError(f"kernel {kernel.name}: a tile needs a width that is a multiple of {LANES} and a "
                          f"height (tile and upcast actions), got {width} x {height}")
@@ -168,7 +177,7 @@ class _Tile:
         # ranks loop over the outer rows (every axis before the last two) and tile the row axis whole,
         # a remainder block of rows included, so a row's address is the tile's plus a constant
         self.nested = len(kernel.shape) >= 3
-        self.row_extent = kernel.shape[-2]
+        self.row_extent = kernel.shape[-2] if len(kernel.shape) >= 2 else 1
         table: dict[str, KExpr] = {f"g{len(kernel.shape) - 1}": var(COLUMN), f"g{len(kernel.shape) - 2}": var(ROW)}
         stride = 1
         for axis in reversed(range(len(kernel.shape) - 2)):
@@ -192,7 +201,9 @@ class _Tile:
                 ("fmuladd", f"declare {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector}, {self.vector}, "
                             f"{self.vector})"),
                 ("masked.load", f"declare {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr, i32 immarg, "
-                                f"<{LANES} x i1>, {self.vector})")):
+                                f"<{LANES} x i1>, {self.vector})"),
+                ("maximum", f"declare {self.vector} @llvm.maximum.v{LANES}f32({self.vector}, {self.vector})"),
+                ("minimum", f"declare {self.vector} @llvm.minimum.v{LANES}f32({self.vector}, {self.vector})")):
             builder.helpers.setdefault(f"declare.{name}", text)
 
     def loop_name(self, kind: str) -> str:
@@ -212,7 +223,8 @@ class _Tile:
             b.var_names[OUTER] = outer
             self.chunk_start, self.chunk_end = "0", str(self.row_extent)
         else:
-            b.emit("%tile.lo = add i64 %start, 0\n%tile.hi = add i64 %end, 0")
+            bounds = ("0", "1") if len(self.kernel.shape) == 1 else ("%start", "%end")  # rank 1: one row
+            b.emit(f"%tile.lo = add i64 {bounds[0]}, 0\n%tile.hi = add i64 {bounds[1]}, 0")
             chunk = outer = self.loop_name("chunk")
             b.open_loop(chunk, "%tile.lo", "%tile.hi")
             after = b.instantiate("{out} = add i64 %" + chunk + ", " + str(self.chunk))
@@ -367,7 +379,7 @@ class _Tile:
                                 x=self.operand(e.args[0], mask, cache, broadcasts))
         else:
             x, y = (self.operand(a, mask, cache, broadcasts) for a in e.args)
-            out = b.instantiate("{out} = " + VECTOR_OPS[e.op] + " " + self.vector + " {x}, {y}", x=x, y=y)
+            out = b.instantiate("{out} = " + VECTOR_OPS[e.op].format(t=self.vector, x=x, y=y))
         cache[key] = out
         return out
 
