@@ -132,6 +132,15 @@ def _webgpu_over_the_binding_limit() -> Any:
     with mock.patch.object(get_device("WEBGPU"), "max_binding_size", 1024):  # a small device's limit
         return (x * 2).numpy()
 
+def _jit_reads_a_stale_grad() -> Any:
+    weight = Tensor.ones(2, requires_grad=True)
+    (weight * 2).sum().backward()  # an eager .grad, then a jitted step that accumulates into it
+
+    def step(weight: Tensor) -> Any:
+        (weight * 2).sum().backward()
+        return weight.grad
+    return fg.jit(step)(weight)
+
 def _mnist_missing() -> Any:
     env = {"FUNCGRAD_DATA": os.getcwd(), "XDG_CACHE_HOME": os.getcwd()}
     with mock.patch.dict(os.environ, env), mock.patch.object(datasets, "SYSTEM_DATA_DIRS", ()):
@@ -622,6 +631,14 @@ ROWS: list[Row] = [
     Row("E-autograd-4", lambda: Tensor([1, 2], requires_grad=True), TypeError,
         E("requires_grad=True needs a floating-point Tensor, got dtype ", NAME, "; only floating-point values have "
           "gradients (cast with .float())")),
+    Row("E-autograd-5", lambda: fg.jit(lambda x: (x * 2).sum().backward())(ones(2)), RuntimeError,
+        E("backward(): no Tensor this value depends on has requires_grad=True (inside jit, pass the model and "
+          "optimiser as arguments so their Tensors are traced; inside fg.grad, use what fg.grad returns)")),
+    Row("E-autograd-6", _jit_reads_a_stale_grad, RuntimeError,
+        E("jit(", NAME, "): the function read a .grad that was computed before this call (e.g. backward() "
+          "accumulating into it), which would be frozen into the compiled step as a constant; call opt.zero_grad() "
+          "before backward() inside the jitted function, or set the .grad of its arguments to None before calling "
+          "it")),
     # --- kernels -------------------------------------------------------------------------------------------
     Row("E-kernel-1", _kernel_compile_failure, KernelCompileError,
         E("kernel broken_one failed to compile: ", ANY)),
