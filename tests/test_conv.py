@@ -265,8 +265,9 @@ def test_padded_input_and_channels_last_kernel_are_stored_once():
     lhs, rhs = np.zeros((2, 3, 10, 10), np.float32), np.zeros((32, 3, 3, 3), np.float32)
     kernels = fg.jit(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME")).lower(lhs, rhs).kernels
     shapes = [k.kernel.shape for k in kernels]
-    # the padded input, the kernel as (C, KH, KW, O), the product (N, OH, OW, O) and its NCHW copy
-    assert shapes == [(2, 3, 12, 12), (3, 3, 3, 32), (2, 10, 10, 32), (2, 32, 10, 10)], shapes
+    # the padded input, the kernel as (C, KH, KW, O), the product (N, OH, OW, O) and its NCHW copy;
+    # the copies' loops merge where their indices allow (kernel.merge_loops): N*C, C*KH*KW, OH*OW
+    assert shapes == [(6, 12, 12), (27, 32), (2, 10, 10, 32), (2, 32, 100)], shapes
 
 
 def test_long_weight_gradient_contraction_is_split_into_chunks():

@@ -641,18 +641,19 @@ def test_swapped_loops_compute_the_same_values(device: CPUDevice) -> None:
     (kernel,) = [step.kernel for step in schedule(inline_calls(ir)) if isinstance(step, KernelStep)]
     # two large inputs are contiguous along the channels, the output along the last axis: the
     # heuristic moves the channel loop innermost
-    assert Opt("swap", 1, 3) in heuristic_opts(kernel)
+    last = len(kernel.shape) - 1  # 3, or 2 once the image's height and width merge into one loop
+    assert Opt("swap", 1, last) in heuristic_opts(kernel)
     want = np.maximum(np.transpose(x * y, (0, 3, 1, 2)) + bias[:, None, None], 0.0)
-    for swap in (None, (1, 3), (2, 3), (1, 2)):
+    for swap in [None] + [(a, b) for a in range(1, last + 1) for b in range(a + 1, last + 1)]:
         opts = () if swap is None else (Opt("swap", *swap),)
         check_opts(kernel, opts)
         out = np.empty(want.shape, np.float32)
         device.compile(attrs.evolve(kernel, opts=opts))([x, y, bias], [out])
         np.testing.assert_array_equal(out, want)
     with pytest.raises(ValueError, match="axis 0 stays outermost"):
-        check_opts(kernel, (Opt("swap", 0, 3),))
+        check_opts(kernel, (Opt("swap", 0, last),))
     with pytest.raises(ValueError, match="reorder"):
-        check_opts(kernel, (Opt("swap", 1, 3), Opt("reorder")))
+        check_opts(kernel, (Opt("swap", 1, last), Opt("reorder")))
     np.testing.assert_array_equal(np.asarray(fg.jit(f)(x, y, bias)), want)
 
 
@@ -702,3 +703,36 @@ def test_compile_many_compiles_each_source_once_in_parallel(tmp_path: Path, monk
              for op in ("cos", "exp2")]
     with pytest.raises(KernelCompileError, match="kernel fresh_cos failed to compile: LLVM said no"):
         device.compile_many(fresh)
+
+
+def test_merge_loops_joins_loops_that_every_index_treats_as_one(device: CPUDevice) -> None:
+    """kernel.merge_loops: an elementwise kernel over contiguous arrays becomes one loop, a sum over
+    an NCHW image's pixels one long inner loop (the batch loop stays apart for partial sums); a
+    broadcast operand (a different stride) keeps its loops apart. Results equal the evaluator's."""
+    import attrs
+
+    from funcgrad.lower.kernel import merge_loops
+
+    def affine(*terms: tuple[str, int]) -> KExpr:
+        total = const(0, INDEX)
+        for name, coefficient in terms:
+            total = alu("add", total, alu("mul", var(name), const(coefficient, INDEX)))
+        return total
+
+    x = affine(("g0", 60), ("g1", 12), ("g2", 1))
+    flat = Kernel("flat", (2, 5, 12), (aval((2, 5, 12), dtypes.float32),), (aval((2, 5, 12), dtypes.float32),),
+                  (alu("exp", load(0, x, dtypes.float32)),))
+    assert merge_loops(flat).shape == (120,)
+    row = affine(("g0", 12), ("g2", 1))  # reads (2, 12), broadcast along axis 1
+    broadcast = attrs.evolve(flat, in_avals=(aval((2, 12), dtypes.float32),),
+                             outputs=(alu("exp", load(0, row, dtypes.float32)),))
+    assert merge_loops(broadcast).shape == (2, 5, 12)
+    image = affine(("g0", 36), ("r0", 108), ("r1", 6), ("r2", 1))
+    pixels = Kernel("pixels", (3,), (aval((4, 3, 6, 6), dtypes.float32),), (aval((3,), dtypes.float32),),
+                    (acc(dtypes.float32),), (4, 6, 6), "sum", load(0, image, dtypes.float32))
+    assert merge_loops(pixels).reduce_shape == (4, 36)
+    values = np.random.default_rng(9).standard_normal((4, 3, 6, 6)).astype(np.float32)
+    for kernel, inputs in ((flat, [values.reshape(-1)[:120].copy()]), (pixels, [values])):
+        merged = merge_loops(kernel)
+        for a, b in zip(run(device, merged, inputs), evaluate_kernel(kernel, inputs)):
+            np.testing.assert_allclose(a.reshape(-1), np.asarray(b).reshape(-1), rtol=1e-6)

@@ -468,10 +468,121 @@ def _nonnegative(e: KExpr, bounds: dict[str, int]) -> bool:
 
 
 def simplify_kernel(kernel: Kernel) -> Kernel:
-    """``kernel`` with its index arithmetic simplified using its loop extents."""
+    """``kernel`` with its index arithmetic simplified using its loop extents, and adjacent loops
+    that every index treats as one merged (``merge_loops``)."""
     bounds = {f"g{i}": d for i, d in enumerate(kernel.shape)}
     bounds.update({f"r{i}": d for i, d in enumerate(kernel.reduce_shape)})
     memo: dict[KExpr, KExpr] = {}
-    return attrs.evolve(kernel, outputs=tuple(simplify_index(e, bounds, memo) for e in kernel.outputs),
-                        reduce_expr=None if kernel.reduce_expr is None else
-                        simplify_index(kernel.reduce_expr, bounds, memo))
+    simplified = attrs.evolve(kernel, outputs=tuple(simplify_index(e, bounds, memo) for e in kernel.outputs),
+                              reduce_expr=None if kernel.reduce_expr is None else
+                              simplify_index(kernel.reduce_expr, bounds, memo))
+    return merge_loops(simplified)
+
+
+def _index_roots(e: KExpr, found: dict[KExpr, None], seen: set[tuple[KExpr, bool]], inside: bool = False) -> None:
+    """The maximal index-typed subexpressions of ``e`` (load indices, compared or cast indices)."""
+    if (e, inside) in seen:  # a node can be a root in one place and part of a larger index in another
+        return
+    seen.add((e, inside))
+    if e.dtype == INDEX and not inside:
+        found[e] = None
+    for a in e.args:
+        _index_roots(a, found, seen, inside=e.dtype == INDEX)
+
+
+def _uses(e: KExpr, name: str) -> bool:
+    return (e.op == "var" and e.arg == name) or any(_uses(a, name) for a in e.args)
+
+
+def merge_loops(kernel: Kernel) -> Kernel:
+    """Merge adjacent loops ``x_d, x_(d+1)`` (extent E) that every index uses only as
+    ``E * c * x_d + c * x_(d+1)``: one loop of the product's length, so the inner loop is long
+    enough to vectorise (a sum over the 24 x 24 pixels of an NCHW image is one 576-long loop, an
+    elementwise kernel over contiguous arrays one flat loop). Reduction loops after the first (which
+    stays apart for partial sums); output loops only in kernels without a reduction (a longer last
+    output axis would change a reduction's loop order). Repeats until nothing merges."""
+    while True:
+        roots: dict[KExpr, None] = {}
+        seen: set[tuple[KExpr, bool]] = set()
+        for e in (*kernel.outputs, *(() if kernel.reduce_expr is None else (kernel.reduce_expr,))):
+            _index_roots(e, roots, seen)
+        # the outermost reduction loop stays apart, so a long float sum keeps two levels (partial sums)
+        candidates = [("r", d) for d in range(1, len(kernel.reduce_shape) - 1)]
+        if kernel.reduce_expr is None:
+            candidates += [("g", d) for d in range(len(kernel.shape) - 1)]
+        for kind, d in candidates:
+            extents = kernel.reduce_shape if kind == "r" else kernel.shape
+            if _mergeable(roots, f"{kind}{d}", f"{kind}{d + 1}", extents[d + 1]):
+                kernel = _merge(kernel, kind, d, roots)
+                break
+        else:
+            return kernel
+
+
+def _mergeable(roots: dict[KExpr, None], outer: str, inner: str, extent: int) -> bool:
+    for root in roots:
+        if not (_uses(root, outer) or _uses(root, inner)):
+            continue
+        terms = _affine(root)
+        if terms is None:
+            return False
+        for atom in terms:
+            if atom is not None and atom.op != "var" and (_uses(atom, outer) or _uses(atom, inner)):
+                return False  # inside a div/mod or another non-affine atom
+        if terms.get(var(outer), 0) != extent * terms.get(var(inner), 0):
+            return False
+    return True
+
+
+def _merge(kernel: Kernel, kind: str, d: int, roots: dict[KExpr, None]) -> Kernel:
+    """``kernel`` with loops d and d+1 of ``kind`` ('g' or 'r') merged into loop d; later loops renumbered."""
+    extents = list(kernel.reduce_shape if kind == "r" else kernel.shape)
+    merged = var(f"{kind}{d}")
+    rename = {var(f"{kind}{i}"): var(f"{kind}{i - 1}") for i in range(d + 2, len(extents))}
+    renamed: dict[KExpr, KExpr] = {}
+
+    def rename_vars(e: KExpr) -> KExpr:
+        if e not in renamed:
+            if e.op == "var":
+                renamed[e] = rename.get(e, e)
+            else:
+                args = tuple(rename_vars(a) for a in e.args)
+                renamed[e] = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+        return renamed[e]
+
+    rebuilt: dict[KExpr, KExpr] = {}
+    for root in roots:
+        terms = _affine(root)
+        if terms is None:
+            continue
+        outer, inner = var(f"{kind}{d}"), var(f"{kind}{d + 1}")
+        if outer not in terms and inner not in terms:
+            continue  # renamed below like any other expression
+        new: dict[KExpr | None, int] = {}
+        for atom, coef in terms.items():
+            if atom == outer:
+                continue
+            target = merged if atom == inner else rename_vars(atom) if atom is not None else None
+            new[target] = new.get(target, 0) + coef
+        rebuilt[root] = _build(new)
+    memo: dict[KExpr, KExpr] = {}
+
+    def rewrite(e: KExpr) -> KExpr:
+        if e in memo:
+            return memo[e]
+        if e in rebuilt:
+            out = rebuilt[e]
+        elif e.op == "var":
+            out = rename.get(e, e)
+        else:
+            args = tuple(rewrite(a) for a in e.args)
+            out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+        memo[e] = out
+        return out
+
+    extents[d:d + 2] = [extents[d] * extents[d + 1]]
+    outputs = tuple(rewrite(e) for e in kernel.outputs)
+    reduce_expr = None if kernel.reduce_expr is None else rewrite(kernel.reduce_expr)
+    if kind == "r":
+        return attrs.evolve(kernel, outputs=outputs, reduce_expr=reduce_expr, reduce_shape=tuple(extents))
+    return attrs.evolve(kernel, outputs=outputs, reduce_expr=reduce_expr, shape=tuple(extents))
