@@ -201,3 +201,15 @@ def test_one_row_sums_tile_on_one_thread(device: CPUDevice, monkeypatch: pytest.
         assert_matches_reference(variant, run(device, variant, inputs_ok), inputs_ok)
     with pytest.raises(ValueError, match="one thread"):
         render_tile.check_tile_opts(kernel, (Opt("tile", 0, 48), Opt("thread", 0, 2)))
+
+
+def test_beam_neighbours_of_a_tile_are_other_tiles() -> None:
+    from funcgrad.lower.optimize import check_opts, heuristic_opts, neighbours
+    kernel = product_kernel(256, 256, 256)
+    base = heuristic_opts(kernel)
+    around = neighbours(kernel, base)
+    assert around and base not in around
+    for candidate in around:
+        check_opts(kernel, candidate)
+        assert any(opt.action == "tile" for opt in candidate)
+        assert [o for o in candidate if o.action == "thread"] == [o for o in base if o.action == "thread"]
