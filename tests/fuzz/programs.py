@@ -7,8 +7,8 @@ returns every step result that no later step uses. The same program runs on NumP
 (``run_program(program, fnp, ...)``), inside any transform.
 
 ``fuzz_cases()`` is the hypothesis strategy: it draws input shapes (broadcast-compatible variants of
-one base shape, rank 0-3, dims 1-5), input values, then steps, running NumPy float64 as it goes so
-every step stays where finite differences are meaningful:
+one base shape, rank 0-3, dims 1-5; with ``large=True`` dims up to 129), input values, then 2-8
+steps, running NumPy float64 as it goes so every step stays where finite differences are meaningful:
 
 - ``log``/``sqrt`` only of values >= 0.2, ``div`` only by values of magnitude >= 0.3, ``exp`` only of
   values <= 3;
@@ -16,6 +16,9 @@ every step stays where finite differences are meaningful:
   condition near 0) within ``TIE_GAP``, so their derivative is defined and a central difference of
   step 1e-6 does not cross a kink;
 - every value stays finite, within ``MAX_MAGNITUDE``, at most ``MAX_SIZE`` elements and rank 4.
+
+Large cases (forward values and compiled-vs-interpreter checks only) keep the domain rules but not
+the tie rules, and allow ``LARGE_MAX_SIZE`` elements.
 
 A drawn step that breaks one of these becomes ``tanh`` of its first operand (always safe). Each
 case records ``scale``, the largest magnitude of any value it computes, for the tolerances.
@@ -39,6 +42,7 @@ import funcgrad.numpy as fnp
 TIE_GAP = 1e-3        # minimal distance from a kink (ties of max/min/sort, where's condition at 0)
 MAX_MAGNITUDE = 1e3   # no value may grow past this
 MAX_SIZE = 120        # elements per value (finite differences cost two runs per input element)
+LARGE_MAX_SIZE = 20000
 MAX_RANK = 4
 
 
@@ -67,13 +71,20 @@ class Program:
 
 
 @dataclass(frozen=True)
+class Limits:
+    max_size: int   # elements per value
+    smooth: bool    # keep away from kinks and ties (for finite differences)
+
+
+@dataclass(frozen=True)
 class FuzzCase:
     program: Program
     inputs: tuple[np.ndarray, ...]   # float64
     scale: float                     # max |value| over every input and step result
 
     def __repr__(self) -> str:  # what hypothesis prints for a failing example
-        values = "\n".join(f"x{i} = np.array({x.tolist()!r})" for i, x in enumerate(self.inputs))
+        values = "\n".join(f"x{i} = np.array({x.tolist()!r})" if x.size <= 200 else f"x{i}: {x.size} values"
+                           for i, x in enumerate(self.inputs))
         return f"FuzzCase(scale={self.scale:.3g})\n{self.program}\n{values}"
 
 
@@ -291,9 +302,12 @@ def _min_gap_along(x: np.ndarray, axes: tuple[int, ...]) -> float:
     return float(np.min(np.diff(flat, axis=-1)))
 
 
-def _kink_free(op: str, operands: list[np.ndarray], params: tuple[Any, ...]) -> bool:
-    """Whether the op's inputs keep away from its kinks and poles (see the module docstring)."""
+def _kink_free(op: str, operands: list[np.ndarray], params: tuple[Any, ...], smooth: bool) -> bool:
+    """Whether the op's inputs keep away from its poles and, when ``smooth``, from its kinks and ties
+    (see the module docstring)."""
     first = operands[0]
+    if not smooth and op in ("maximum", "minimum", "where", "max", "sort", "abs", "cond", "clip"):
+        return True
     if op in ("log", "sqrt"):
         return bool(np.min(first) >= 0.2)
     if op == "exp":
@@ -332,7 +346,8 @@ def _kink_free(op: str, operands: list[np.ndarray], params: tuple[Any, ...]) -> 
     return True
 
 
-def _applies(op: str, operands: list[np.ndarray], params: tuple[Any, ...], complete: bool = True) -> bool:
+def _applies(op: str, operands: list[np.ndarray], params: tuple[Any, ...], limits: Limits,
+             complete: bool = True) -> bool:
     """Whether ``op`` of these operands gives an acceptable, kink-free result; when not ``complete``
     (operands still missing), only whether their shapes broadcast together."""
     if not complete:
@@ -341,21 +356,22 @@ def _applies(op: str, operands: list[np.ndarray], params: tuple[Any, ...], compl
         except ValueError:
             return False
         return True
-    return _evaluate(op, operands, params) is not None
+    return _evaluate(op, operands, params, limits) is not None
 
 
-def _evaluate(op: str, operands: list[np.ndarray], params: tuple[Any, ...]) -> np.ndarray | None:
+def _evaluate(op: str, operands: list[np.ndarray], params: tuple[Any, ...], limits: Limits) -> np.ndarray | None:
     """The float64 result of a step, or None when NumPy refuses the shapes or the result breaks a rule."""
     try:
         with np.errstate(all="ignore"):
             result = np.asarray(OPS[op](np, *operands, *params), dtype=np.float64)
     except (ValueError, IndexError, TypeError):   # shapes that do not fit together
         return None
-    return result if _acceptable(result) and _kink_free(op, operands, params) else None
+    acceptable = _acceptable(result, limits.max_size) and _kink_free(op, operands, params, limits.smooth)
+    return result if acceptable else None
 
 
-def _acceptable(result: np.ndarray) -> bool:
-    return (result.ndim <= MAX_RANK and 0 < result.size <= MAX_SIZE and bool(np.all(np.isfinite(result)))
+def _acceptable(result: np.ndarray, max_size: int) -> bool:
+    return (result.ndim <= MAX_RANK and 0 < result.size <= max_size and bool(np.all(np.isfinite(result)))
             and float(np.max(np.abs(result))) <= MAX_MAGNITUDE)
 
 
@@ -513,7 +529,7 @@ def _params(draw: Any, op: str, x: np.ndarray) -> tuple[Any, ...] | None:
     raise AssertionError(op)
 
 
-def _candidate(draw: Any, op: str, values: list[np.ndarray], first: int) -> Step | None:
+def _candidate(draw: Any, op: str, values: list[np.ndarray], first: int, limits: Limits) -> Step | None:
     """A step applying ``op`` to ``values[first]`` (and fitting other values), or None if none fits."""
     x = values[first]
     if op not in BINARY:
@@ -534,7 +550,7 @@ def _candidate(draw: Any, op: str, values: list[np.ndarray], first: int) -> Step
     args = (first,)
     for more in range(2 if op == "where" else 1, 0, -1):   # operands that fit the ones drawn so far
         fitting = [j for j in range(len(values))
-                   if _applies(op, [values[a] for a in args + (j,)], params, complete=more == 1)]
+                   if _applies(op, [values[a] for a in args + (j,)], params, limits, complete=more == 1)]
         if not fitting:
             return None
         args += (draw(st.sampled_from(fitting)),)
@@ -542,26 +558,40 @@ def _candidate(draw: Any, op: str, values: list[np.ndarray], first: int) -> Step
 
 
 @st.composite
-def _step(draw: Any, values: list[np.ndarray], op_rng: np.random.Generator) -> tuple[Step, np.ndarray]:
+def _step(draw: Any, values: list[np.ndarray], op_rng: np.random.Generator,
+          limits: Limits) -> tuple[Step, np.ndarray]:
     """One step over ``values`` and its float64 result (``tanh`` of the operand when three drawn ops fail)."""
     # mostly the latest value, so the steps form chains rather than many one-step branches
     first = len(values) - 1 if op_rng.random() < 0.6 else int(op_rng.integers(len(values)))
     for _ in range(3):
         # the op comes from the case's own generator: hypothesis favours early list items and small
         # integers, which would make the first ops of the list far more common than the rest
-        step = _candidate(draw, OP_NAMES[int(op_rng.integers(len(OP_NAMES)))], values, first)
+        step = _candidate(draw, OP_NAMES[int(op_rng.integers(len(OP_NAMES)))], values, first, limits)
         if step is not None:
-            result = _evaluate(step.op, [values[a] for a in step.args], step.params)
+            result = _evaluate(step.op, [values[a] for a in step.args], step.params, limits)
             if result is not None:
                 return step, result
     return Step("tanh", (first,)), np.tanh(values[first])
 
 
 @st.composite
-def fuzz_cases(draw: Any, max_steps: int = 8) -> FuzzCase:
-    """A random program and float64 inputs on which every step is smooth (see the module docstring)."""
-    rank = draw(st.integers(0, 3))
-    base = tuple(draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank)))
+def fuzz_cases(draw: Any, max_steps: int = 8, large: bool = False) -> FuzzCase:
+    """A random program and float64 inputs on which every step is smooth (see the module docstring).
+
+    ``large``: dims up to 129 and values up to ``LARGE_MAX_SIZE`` elements, which reach the compiler's
+    vectorised, unrolled and split-sum kernels (too large for finite differences in every coordinate).
+    """
+    limits = Limits(LARGE_MAX_SIZE, smooth=False) if large else Limits(MAX_SIZE, smooth=True)
+    max_size = limits.max_size
+    base: tuple[int, ...] = ()
+    if large:   # from a generator: hypothesis would mostly draw rank 0 and dims of 1
+        shape_rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        for _ in range(int(shape_rng.integers(1, 4))):
+            dim = int(shape_rng.choice([2, 3, 5, 8, 16, 17, 32, 64, 129]))
+            base += (dim if math.prod(base) * dim <= max_size else 1,)
+    else:
+        base = tuple(draw(st.lists(st.integers(1, 5), max_size=3)))
+    rank = len(base)
     shapes = []
     for _ in range(draw(st.integers(1, 3))):
         dropped = draw(st.integers(0, rank))
@@ -572,7 +602,7 @@ def fuzz_cases(draw: Any, max_steps: int = 8) -> FuzzCase:
     values = list(inputs)
     steps = []
     for _ in range(int(op_rng.integers(2, max_steps + 1))):   # hypothesis would mostly draw 1 or 2
-        step, result = draw(_step(values, op_rng))
+        step, result = draw(_step(values, op_rng, limits))
         steps.append(step)
         values.append(result)
     # every step result no later step uses is an output, so no step is dead code
@@ -588,11 +618,11 @@ FUZZ_EXAMPLES = int(os.environ.get("FUNCGRAD_FUZZ_EXAMPLES", "40"))
 FUZZ_SEED = os.environ.get("FUNCGRAD_FUZZ_SEED", "")
 
 
-def fuzz(test: Callable[..., None]) -> Callable[..., None]:
-    """Hypothesis settings for a fuzz test: ``$FUNCGRAD_FUZZ_EXAMPLES`` examples (40 by default),
-    derandomized (the same cases on every run, as CI needs) unless ``$FUNCGRAD_FUZZ_SEED`` is
-    ``random`` (fresh cases each run) or an integer (the cases of that seed)."""
-    configured = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=FUZZ_SEED == "",
+def fuzz(test: Callable[..., None], share: float = 1.0) -> Callable[..., None]:
+    """Hypothesis settings for a fuzz test: ``share`` of ``$FUNCGRAD_FUZZ_EXAMPLES`` examples (40 by
+    default), derandomized (the same cases on every run, as CI needs) unless ``$FUNCGRAD_FUZZ_SEED``
+    is ``random`` (fresh cases each run) or an integer (the cases of that seed)."""
+    configured = settings(max_examples=max(1, round(FUZZ_EXAMPLES * share)), deadline=None, derandomize=FUZZ_SEED == "",
                           database=None, print_blob=FUZZ_SEED != "",
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                  HealthCheck.function_scoped_fixture])(test)

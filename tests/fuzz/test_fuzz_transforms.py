@@ -17,7 +17,9 @@ hundred cases; a wrong rule is off by far more):
 - the Hessian-vector product against central differences of the gradient (step ``HVP_STEP``):
   ``HVP_RTOL`` likewise;
 - ``vmap`` against a Python loop over the examples, both float64: ``VMAP_RTOL`` likewise (batched
-  kernels may sum in another order).
+  kernels may sum in another order);
+- large programs (up to 20,000 elements) compiled in float32 against the interpreter's float64 run
+  of the same IR, values and gradients: ``LARGE_RTOL`` (largest seen ~3e-7).
 
 ``FUNCGRAD_FUZZ_EXAMPLES`` sets the number of cases per test, ``FUNCGRAD_FUZZ_SEED`` the seed
 (tests/fuzz/README.md).
@@ -25,6 +27,7 @@ hundred cases; a wrong rule is off by far more):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +46,7 @@ FD_RTOL = 1e-6
 HVP_STEP = 1e-5
 HVP_RTOL = 1e-5
 VMAP_RTOL = 1e-10
+LARGE_RTOL = 1e-5
 
 
 def f32(arrays: Sequence[np.ndarray]) -> list[fg.Tensor]:
@@ -187,3 +191,98 @@ def test_vmap_matches_a_loop(case: FuzzCase) -> None:
     for name, batched in [("vmap(grad)", fg.vmap(gradient, in_axes=axes)),
                           ("jit(vmap(grad))", fg.jit(fg.vmap(gradient, in_axes=axes)))]:
         assert_matches(numpy_leaves(batched(*f64(stacked))), expected_gradients, VMAP_RTOL, name)
+
+
+def finite_difference_jacobian(case: FuzzCase) -> list[np.ndarray]:
+    """d output_o / d input_i by central differences, output-major: [(o0, i0), (o0, i1), ..., (o1, i0), ...]."""
+    outputs = [np.asarray(out) for out in run_program(case.program, np, case.inputs)]
+    jacobians = [[np.zeros(out.shape + x.shape) for x in case.inputs] for out in outputs]
+    for i, x in enumerate(case.inputs):
+        for index in np.ndindex(x.shape):
+            plus, minus = [a.copy() for a in case.inputs], [a.copy() for a in case.inputs]
+            plus[i][index] += FD_STEP
+            minus[i][index] -= FD_STEP
+            for o, (p, m) in enumerate(zip(run_program(case.program, np, plus), run_program(case.program, np, minus))):
+                jacobians[o][i][(...,) + index] = (np.asarray(p) - np.asarray(m)) / (2 * FD_STEP)
+    return [jacobian for per_output in jacobians for jacobian in per_output]
+
+
+@fuzz
+@given(case=fuzz_cases())
+def test_jacobians_linearize_and_vjp_match_finite_differences(case: FuzzCase) -> None:
+    program = as_function(case.program)
+    argnums = tuple(range(len(case.inputs)))
+    expected = finite_difference_jacobian(case)
+    for name, jacobian in [("jacfwd", fg.jacfwd(program, argnums)), ("jacrev", fg.jacrev(program, argnums))]:
+        assert_matches(numpy_leaves(jacobian(*f64(case.inputs))), expected, FD_RTOL, name)
+
+    rng = np.random.default_rng(4)
+    count = len(case.inputs)
+    by_output = [expected[o * count:(o + 1) * count] for o in range(len(expected) // count)]
+    directions = [rng.normal(size=x.shape) for x in case.inputs]
+    expected_tangents = [sum(np.tensordot(j, t, axes=t.ndim) for j, t in zip(row, directions)) for row in by_output]
+    _, linearized = fg.linearize(program, *f64(case.inputs))
+    assert_matches(numpy_leaves(linearized(*f64(directions))), expected_tangents, FD_RTOL, "linearize")
+
+    cotangents = [rng.normal(size=row[0].shape[:row[0].ndim - case.inputs[0].ndim]) for row in by_output]
+    expected_cotangents = [sum(np.tensordot(ct, row[i], axes=ct.ndim) for ct, row in zip(cotangents, by_output))
+                           for i in range(count)]
+    _, pullback = fg.vjp(program, *f64(case.inputs))
+    assert_matches(numpy_leaves(pullback(tuple(f64(cotangents)))), expected_cotangents, FD_RTOL, "vjp")
+
+
+@fuzz
+@given(case=fuzz_cases())
+def test_nested_vmap_and_vmap_of_jvp_match_loops(case: FuzzCase) -> None:
+    rng = np.random.default_rng(5)
+    program = as_function(case.program)
+    # two batch axes on the first input (outer 2, inner 3), the others unbatched
+    first = case.inputs[0]
+    grid = [[first + 0.01 * rng.normal(size=first.shape) for _ in range(3)] for _ in range(2)]
+    rest = list(case.inputs[1:])
+    looped = [[numpy_leaves(program(*f64([x] + rest))) for x in row] for row in grid]
+    expected = [np.stack([np.stack([outs[j] for outs in row]) for row in looped]) for j in range(len(looped[0][0]))]
+    in_axes = (0,) + (None,) * len(rest)
+    nested = fg.vmap(fg.vmap(program, in_axes=in_axes), in_axes=in_axes)
+    assert_matches(numpy_leaves(nested(*f64([np.stack([np.stack(row) for row in grid])] + rest))), expected,
+                   VMAP_RTOL, "vmap(vmap)")
+
+    directions = [rng.normal(size=first.shape) for _ in range(3)]
+    def tangent_of(x: Any, t: Any) -> Any:
+        return fg.jvp(program, tuple([x] + f64(rest)), tuple([t] + f64([np.zeros_like(r) for r in rest])))[1]
+    looped_tangents = [numpy_leaves(tangent_of(*f64([x, t]))) for x, t in zip(grid[0], directions)]
+    expected_tangents = [np.stack(leaves) for leaves in zip(*looped_tangents)]
+    batched = fg.vmap(tangent_of)(*f64([np.stack(grid[0]), np.stack(directions)]))
+    assert_matches(numpy_leaves(batched), expected_tangents, VMAP_RTOL, "vmap(jvp)")
+
+
+def interpret(fn: Any, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``fn`` traced with make_ir (typechecked) and run by the reference interpreter (NumPy)."""
+    ir = fg.make_ir(fn)(*[fnp.asarray(a, dtype=a.dtype.name) for a in args])
+    typecheck(ir)
+    return eval_ir(ir, list(args), [c.numpy() for c in ir.consts])
+
+
+@functools.partial(fuzz, share=0.25)   # each large case compiles kernels of its own shapes (~1 s)
+@given(case=fuzz_cases(large=True))
+def test_large_programs_and_their_gradients_compile_like_the_interpreter(case: FuzzCase) -> None:
+    """Values up to 20,000 elements reach the compiler's vectorised and split-sum kernels: the
+    compiled float32 program and its gradient against the interpreter's float64 run of the same IR."""
+    program = as_function(case.program)
+    expected = interpret(program, [x.astype(np.float64) for x in case.inputs])
+    assert_matches(numpy_leaves(program(*f32(case.inputs))), expected, LARGE_RTOL, "eager", scale=case.scale)
+    assert_matches(numpy_leaves(fg.jit(program)(*f32(case.inputs))), expected, LARGE_RTOL, "jit", scale=case.scale)
+    weights = output_weights(case)
+    gradient = fg.grad(functional(case, weights), tuple(range(len(case.inputs))))
+    expected_gradients = interpret(gradient, [x.astype(np.float64) for x in case.inputs])
+    compiled_gradients = fg.jit(fg.grad(functional32(case, weights), tuple(range(len(case.inputs)))))
+    assert_matches(numpy_leaves(compiled_gradients(*f32(case.inputs))), expected_gradients, LARGE_RTOL, "jit(grad)")
+
+
+def functional32(case: FuzzCase, weights: Sequence[np.ndarray]) -> Any:
+    """``functional`` in float32."""
+    program, weight_tensors = as_function(case.program), f32(weights)
+
+    def scalar(*inputs: Any) -> Any:
+        return sum(fnp.sum(out * w) for out, w in zip(program(*inputs), weight_tensors))
+    return scalar
