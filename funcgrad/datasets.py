@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import math
 import os
+import sys
 import tempfile
 import urllib.request
 import zlib
@@ -92,6 +93,10 @@ def _parse_idx(data: bytes, path: str) -> np.ndarray:
                        f"the file has {len(data)})")
     shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     dtype = IDX_DTYPES[type_code]
+    # an empty array may have any other dims and match the file's size, but NumPy cannot hold it
+    if ndim > 64 or math.prod(d for d in shape if d) * dtype.itemsize > sys.maxsize:
+        raise IDXError(f"{path}: the header says shape {shape} of {dtype.name}, too large for an array (at most "
+                       f"64 dimensions and {sys.maxsize} bytes, not counting zero-sized dims)")
     expected = header_size + math.prod(shape) * dtype.itemsize
     if len(data) != expected:
         raise IDXError(f"{path}: the header says shape {shape} of {dtype.name} ({expected} bytes with the header) "

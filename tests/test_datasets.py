@@ -75,6 +75,9 @@ def test_read_idx_images_and_labels_magic(tmp_path):
                                                        "the data holds 17 bytes"),
     (idx_bytes(np.zeros((2, 3), np.uint8), 0x08) + b"\x00", "the data holds 19 bytes"),
     (idx_bytes(np.zeros(2, np.int32), 0x0C)[:-2], "shape"),
+    # found by tests/fuzz/test_fuzz_readers.py: NumPy's ValueError escaped from these
+    (b"\x00\x00\x08\x41" + b"\x00\x00\x00\x01" * 65 + b"\x07", "too large for an array"),
+    (b"\x00\x00\x0e\x03" + bytes(4) + b"\xff" * 8, r"shape \(0, 4294967295, 4294967295\) of float64, too large"),
 ])
 def test_read_idx_rejects_bad_files_naming_them(tmp_path, content, message):
     path = tmp_path / "bad-idx"

@@ -289,9 +289,15 @@ def valid_idx(draw: Any) -> tuple[int, tuple[int, ...], bytes]:
 @st.composite
 def idx_inputs(draw: Any) -> bytes:
     """Raw or gzipped IDX bytes: random, damaged, or with a forged header; gzip damage and extra members."""
-    kind = draw(st.sampled_from(["random", "damaged", "header", "header+damaged"]))
+    kind = draw(st.sampled_from(["random", "forged", "damaged", "header", "header+damaged"]))
     if kind == "random":
         content = draw(st.binary(max_size=48))
+    elif kind == "forged":   # a header whose sizes agree with the file: many dims, or empty with huge dims
+        type_code = draw(st.sampled_from(sorted(IDX_DTYPES)))
+        shape = tuple(draw(st.lists(st.sampled_from([0, 1, 1, 1, 2, 2**31, 2**32 - 1]), max_size=70)))
+        size = math.prod(shape) * IDX_DTYPES[type_code].itemsize
+        payload = bytes(size) if size <= 64 else draw(st.binary(max_size=8))
+        content = bytes([0, 0, type_code, len(shape)]) + b"".join(struct.pack(">I", d) for d in shape) + payload
     else:
         type_code, shape, payload = draw(valid_idx())
         content = idx_bytes(type_code, shape, payload)
