@@ -160,7 +160,12 @@ def test_devices_lists_every_device_with_a_reason():
     assert "CPU: available" in str(infos["CPU"])
 
 
-def test_a_missing_backend_is_unavailable_with_its_reason_not_a_crash():
+def test_a_missing_backend_is_unavailable_with_its_reason_not_a_crash(monkeypatch):
+    import funcgrad.devices as registry
+    # the fake devices live in copies of the registry, so later tests see the real one
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_PROBES", dict(registry._PROBES))
+
     def broken_probe():
         raise OSError("driver exploded")
 
