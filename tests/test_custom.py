@@ -105,6 +105,27 @@ def test_checkpoint_recomputes_in_the_backward_pass():
     assert fg.remat is fg.checkpoint
 
 
+@pytest.mark.parametrize("inner", ["jit", "checkpoint", "cond", "fori_loop"])
+def test_grad_of_checkpoint_around_a_call(inner):
+    """Found by tests/fuzz: the recomputing body of a checkpoint holds the jvp of any call inside it
+    (one equation with primal and tangent outputs), so it must be split before it is transposed
+    (was: "mul of two linear operands is not linear")."""
+    calls = {"jit": lambda v: fg.jit(fnp.sin)(v), "checkpoint": lambda v: fg.checkpoint(fnp.sin)(v),
+             "cond": lambda v: fg.lax.cond(fnp.sum(v) > 0, fnp.sin, fnp.cos, v),
+             "fori_loop": lambda v: fg.lax.fori_loop(0, 1, lambda i, c: fnp.sin(c), v)}
+
+    def block(x):
+        return calls[inner](x) * x
+
+    x = fnp.asarray([0.1, 0.2, 0.3], dtype="float64")
+    expected = np.cos(x.numpy()) * x.numpy() + np.sin(x.numpy())
+    np.testing.assert_allclose(fg.grad(lambda v: fnp.sum(fg.checkpoint(block)(v)))(x).numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(fg.grad(fg.checkpoint(lambda v: fnp.sum(block(v))))(x).numpy(), expected, rtol=1e-12)
+    ir = fg.make_ir(fg.grad(lambda v: fnp.sum(fg.checkpoint(block)(v))))(x)
+    backward = [e for e in ir.eqns if e.primitive.name == "checkpoint"][-1].param_dict["ir"]
+    assert "sin" in str(backward), "the backward pass must still recompute sin"
+
+
 def test_eval_shape_runs_nothing():
     calls = []
 

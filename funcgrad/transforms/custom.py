@@ -20,14 +20,15 @@ from funcgrad import tree
 from funcgrad.ir.core import IR, Eqn, ShapedArray
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
 from funcgrad.ir.primitives import stop_gradient_p
-from funcgrad.ir.simplify import dce
-from funcgrad.tensor import Tensor, bind
+from funcgrad.ir.simplify import dce, simplify
+from funcgrad.tensor import Tensor, bind, evaluate
+from funcgrad.trace import trace_avals
 from funcgrad.transforms.ad import as_tensor, trace_function
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
-from funcgrad.transforms.jit import call_batch_rule, call_transpose_rule
+from funcgrad.transforms.jit import call_batch_rule
 from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
-from funcgrad.transforms.transpose import transpose_rules
+from funcgrad.transforms.transpose import backward_pass, is_undefined, transpose_rules
 
 
 class _Named:
@@ -269,9 +270,35 @@ def _checkpoint_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eq
     return [known_eqn], [unknown_eqn], out_unknown
 
 
+def _checkpoint_transpose(cts: list[Any], *operands: Any, ir: IR, name: str) -> list[Any]:
+    """The unknown side of a checkpoint recomputes the primal values, so its body is not linear as a
+    whole: a call inside it (jit, cond, scan, checkpoint) returns primal and tangent outputs at once.
+    Split the body into the recomputation and the linear part first; the transposed call runs the
+    recomputation, then the transpose of the linear part."""
+    linear = [is_undefined(op) for op in operands]
+    known_ir, linear_ir, out_unknown, n_residuals = partial_eval(ir, linear)
+    n_known_outputs = len(known_ir.outputs) - n_residuals
+    values = [op for op in operands if not is_undefined(op)]
+    value_avals = [v.aval for v, lin in zip(ir.in_vars, linear) if not lin]
+    linear_avals = [v.aval for v, lin in zip(ir.in_vars, linear) if lin]
+    ct_avals = [aval for aval, unknown in zip(ir.out_avals, out_unknown) if unknown]
+
+    def backward(*flat: Tensor) -> list[Tensor]:
+        residuals = evaluate(known_ir, *flat[:len(values)])[n_known_outputs:]
+        flags = [False] * n_residuals + [True] * len(linear_avals)
+        results = backward_pass(linear_ir, flags, residuals, list(flat[len(values):]))
+        return [instantiate(ct, aval) for ct, aval in zip(results, linear_avals)]
+
+    transposed = simplify(trace_avals(backward, value_avals + ct_avals, f"transpose({name})"))
+    cts = [instantiate(ct, aval) for ct, aval, unknown in zip(cts, ir.out_avals, out_unknown) if unknown]
+    results = iter(bind(checkpoint_p, *transposed.consts, *values, *cts, ir=open_ir(transposed),
+                        name=f"transpose({name})"))
+    return [next(results) if lin else None for lin in linear]
+
+
 jvp_rules[checkpoint_p] = _checkpoint_jvp
 pe_rules[checkpoint_p] = _checkpoint_partial_eval
-transpose_rules[checkpoint_p] = call_transpose_rule(checkpoint_p)
+transpose_rules[checkpoint_p] = _checkpoint_transpose
 batch_rules[checkpoint_p] = call_batch_rule(checkpoint_p)
 
 
