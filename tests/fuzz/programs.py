@@ -181,6 +181,21 @@ def _remat(xp: Any, x: Any) -> Any:
     return fg.checkpoint(lambda v: fnp.sin(v) * fnp.cos(v))(x)
 
 
+def _gather_sorted(xp: Any, x: Any, axis: int) -> Any:
+    """``x`` sorted along ``axis`` by gathering with its own argsort (indices computed from data)."""
+    return xp.take_along_axis(x, xp.argsort(x, axis=axis), axis)
+
+
+def _gather_max(xp: Any, x: Any, axis: int) -> Any:
+    """The maxima along ``axis``, gathered at the argmax (keeping the axis)."""
+    return xp.take_along_axis(x, xp.expand_dims(xp.argmax(x, axis=axis), axis), axis)
+
+
+def _row_of_largest_sum(xp: Any, x: Any) -> Any:
+    """``x[i]`` with ``i`` the index of the largest row sum: an index computed from data."""
+    return x[xp.argmax(xp.sum(xp.reshape(x, (x.shape[0], -1)), axis=1))]
+
+
 def _norm(xp: Any, x: Any) -> Any:
     return np.linalg.norm(x) if xp is np else fnp.linalg.norm(x)
 
@@ -217,6 +232,8 @@ OPS: dict[str, Callable[..., Any]] = {
     "broadcast_to": lambda xp, x, shape: xp.broadcast_to(x, shape),
     "flip": lambda xp, x, axis: xp.flip(x, axis=axis),
     "pad": lambda xp, x, widths, value: xp.pad(x, widths, constant_values=value),
+    "pad_mode": lambda xp, x, widths, mode: xp.pad(x, widths, mode=mode),
+    "split": lambda xp, x, sections, axis, piece: xp.split(x, sections, axis=axis)[piece],
     "concatenate": lambda xp, a, b, axis: xp.concatenate([a, b], axis=axis),
     "getitem": lambda xp, x, spec: x[_index(spec)],
     "take": lambda xp, x, indices, axis: xp.take(x, np.array(indices, dtype=np.int32), axis=axis),
@@ -237,7 +254,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "logaddexp": lambda xp, a, b: xp.logaddexp(a, b),
     # more reductions and scans
     "prod": lambda xp, x, axis, keepdims: xp.prod(x, axis=axis, keepdims=keepdims),
-    "var": lambda xp, x, axis, keepdims: xp.var(x, axis=axis, keepdims=keepdims),
+    "var": lambda xp, x, axis, keepdims, ddof: xp.var(x, axis=axis, keepdims=keepdims, ddof=ddof),
     "logsumexp": _logsumexp,
     "softmax": _softmax,
     "norm": _norm,
@@ -255,6 +272,9 @@ OPS: dict[str, Callable[..., Any]] = {
     "take_along_axis": lambda xp, x, indices, shape, axis: xp.take_along_axis(
         x, np.array(indices, dtype=np.int32).reshape(shape), axis),
     "scatter": _scatter,
+    "gather_sorted": _gather_sorted,
+    "gather_max": _gather_max,
+    "row_of_largest_sum": _row_of_largest_sum,
     # control flow and checkpointing
     "cond": _cond,
     "scan": _scan,
@@ -269,17 +289,24 @@ BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "matmul", "concatena
 STRUCTURAL = ["sum", "mean", "max", "cumsum", "sort", "reshape", "transpose", "broadcast_to", "flip", "pad",
               "getitem", "take", "clip", "power", "prod", "var", "logsumexp", "softmax", "norm", "cumprod", "diff",
               "roll", "repeat", "tile", "diagonal", "tril", "squeeze", "expand_dims", "moveaxis", "take_along_axis",
-              "scatter", "scan", "fori_loop"]
+              "scatter", "scan", "fori_loop", "gather_sorted", "gather_max", "row_of_largest_sum", "pad_mode",
+              "split"]
 # the ops drawn (uniformly from this list): the ones that need fitting operands, or that exercise
 # the most index arithmetic, twice
 OP_NAMES = UNARY + BINARY + STRUCTURAL + ["matmul", "concatenate", "where", "pad", "take", "getitem", "transpose"]
 
 
-def run_program(program: Program, xp: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
-    """The program's outputs, computed with ``xp`` (``np`` or ``funcgrad.numpy``)."""
+def program_values(program: Program, xp: Any, inputs: Sequence[Any]) -> list[Any]:
+    """Every value of the program (inputs, then each step's result), computed with ``xp``."""
     values = list(inputs)
     for step in program.steps:
         values.append(OPS[step.op](xp, *(values[a] for a in step.args), *step.params))
+    return values
+
+
+def run_program(program: Program, xp: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The program's outputs, computed with ``xp`` (``np`` or ``funcgrad.numpy``)."""
+    values = program_values(program, xp, inputs)
     return tuple(values[o] for o in program.outputs)
 
 
@@ -306,7 +333,8 @@ def _kink_free(op: str, operands: list[np.ndarray], params: tuple[Any, ...], smo
     """Whether the op's inputs keep away from its poles and, when ``smooth``, from its kinks and ties
     (see the module docstring)."""
     first = operands[0]
-    if not smooth and op in ("maximum", "minimum", "where", "max", "sort", "abs", "cond", "clip"):
+    if not smooth and op in ("maximum", "minimum", "where", "max", "sort", "abs", "cond", "clip", "gather_sorted",
+                             "gather_max", "row_of_largest_sum"):
         return True
     if op in ("log", "sqrt"):
         return bool(np.min(first) >= 0.2)
@@ -322,8 +350,11 @@ def _kink_free(op: str, operands: list[np.ndarray], params: tuple[Any, ...], smo
         axis = params[0]
         axes = tuple(range(first.ndim)) if axis is None else axis
         return _min_gap_along(first, axes) >= TIE_GAP
-    if op == "sort":
+    if op in ("sort", "gather_sorted", "gather_max"):
         return _min_gap_along(first, (params[0] % first.ndim,)) >= TIE_GAP
+    if op == "row_of_largest_sum":
+        sums = np.sort(np.sum(first.reshape(first.shape[0], -1), axis=1))
+        return len(sums) < 2 or sums[-1] - sums[-2] >= TIE_GAP
     if op in ("abs", "cond"):
         return bool(np.min(np.abs(first)) >= TIE_GAP) if op == "abs" else abs(float(np.sum(first))) >= TIE_GAP
     if op == "clip":
@@ -423,7 +454,10 @@ def _index_spec(draw: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
 def _einsum_spec(draw: Any, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> str:
     """An einsum of two operands: b's axes reuse a's letters of equal size or get new ones; the
     output keeps a random subset of the letters in a random order (the others are summed)."""
-    a_letters = "abcd"[:len(a_shape)]
+    a_letters = ""
+    for size in a_shape:   # a repeated letter takes a diagonal
+        same = [letter for letter, d in zip(a_letters, a_shape) if d == size and a_letters.count(letter) == 1]
+        a_letters += draw(st.sampled_from(same)) if same and draw(st.integers(0, 3)) == 0 else "abcd"[len(a_letters)]
     b_letters = ""
     for size in b_shape:
         shared = [letter for letter, d in zip(a_letters, a_shape) if d == size and letter not in b_letters]
@@ -445,8 +479,25 @@ def _params(draw: Any, op: str, x: np.ndarray) -> tuple[Any, ...] | None:
             return (draw(st.sampled_from([-2.0, -0.5, 0.5, 1.5, 3.0])), draw(st.sampled_from([-1.0, 0.0, 0.75, 2.0])))
         return ()
     if op in ("sum", "mean", "max", "prod", "var", "logsumexp"):
-        return (draw(_axes(ndim)), draw(st.booleans()))
-    if op in ("cumsum", "sort", "flip", "softmax", "cumprod", "diff", "scatter"):
+        axes = draw(_axes(ndim))
+        if op != "var":
+            return (axes, draw(st.booleans()))
+        count = x.size if axes is None else math.prod(x.shape[a] for a in axes)
+        return (axes, draw(st.booleans()), draw(st.integers(0, 1)) if count > 1 else 0)
+    if op == "pad_mode":
+        if ndim == 0:
+            return None
+        widths = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(ndim))
+        return (widths, draw(st.sampled_from(["edge", "reflect", "symmetric", "wrap"])))
+    if op == "split":
+        if ndim == 0:
+            return None
+        axis = draw(st.integers(-ndim, ndim - 1))
+        cuts = tuple(sorted(draw(st.lists(st.integers(0, x.shape[axis]), max_size=3))))
+        return (cuts, axis, draw(st.integers(0, len(cuts))))
+    if op == "row_of_largest_sum":
+        return None if ndim == 0 else ()
+    if op in ("cumsum", "sort", "flip", "softmax", "cumprod", "diff", "scatter", "gather_sorted", "gather_max"):
         if ndim == 0:
             return None
         axis = draw(st.integers(-ndim, ndim - 1))
@@ -469,6 +520,9 @@ def _params(draw: Any, op: str, x: np.ndarray) -> tuple[Any, ...] | None:
     if op == "roll":
         if ndim == 0:
             return None
+        if ndim >= 2 and draw(st.booleans()):   # several axes at once
+            axes = tuple(draw(st.lists(st.integers(-ndim, ndim - 1), min_size=2, max_size=ndim)))
+            return (tuple(draw(st.integers(-6, 6)) for _ in axes), axes)
         return (draw(st.integers(-6, 6)), draw(st.none() | st.integers(-ndim, ndim - 1)))
     if op == "repeat":
         return (draw(st.integers(1, 3)), draw(st.none() | st.integers(-ndim, ndim - 1)) if ndim else None)

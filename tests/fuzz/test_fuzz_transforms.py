@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 from hypothesis import given
-from programs import FuzzCase, as_function, fuzz, fuzz_cases, run_program
+from hypothesis import strategies as st
+from programs import FuzzCase, as_function, fuzz, fuzz_cases, program_values, run_program
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -125,6 +126,26 @@ def test_forward_eager_jit_and_interpreter_match_numpy(case: FuzzCase) -> None:
 
 @fuzz
 @given(case=fuzz_cases())
+def test_lazy_values_realized_in_any_order_match_numpy(case: FuzzCase) -> None:
+    """Eager values share one pending graph: realizing some intermediates first (in a random order)
+    must not change any value, the ones realized later included."""
+    expected = program_values(case.program, np, case.inputs)
+    values = program_values(case.program, fnp, f32(case.inputs))
+    order = np.random.default_rng(6).permutation(len(values))
+    got: dict[int, np.ndarray] = {}
+    for k in order[:len(order) // 2]:
+        got[int(k)] = values[k].numpy()
+    outputs = numpy_leaves(run_program(case.program, fnp, values[:len(case.inputs)]))   # a fresh graph
+    for k in order[len(order) // 2:]:
+        got[int(k)] = values[k].numpy()
+    assert_matches([got[k] for k in range(len(values))], [np.asarray(v) for v in expected], FORWARD_RTOL, "value",
+                   scale=case.scale)
+    assert_matches(outputs, [np.asarray(expected[o]) for o in case.program.outputs], FORWARD_RTOL, "output",
+                   scale=case.scale)
+
+
+@fuzz
+@given(case=fuzz_cases())
 def test_grad_and_jvp_match_finite_differences(case: FuzzCase) -> None:
     weights = output_weights(case)
     scalar = functional(case, weights)
@@ -187,7 +208,10 @@ def test_vmap_matches_a_loop(case: FuzzCase) -> None:
     expected_outputs = [np.stack(outputs) for outputs in zip(*looped_outputs)]
     expected_gradients = [np.stack(gradients) for gradients in zip(*looped_gradients)]
     axes = tuple(in_axes)
-    assert_matches(numpy_leaves(fg.vmap(program, in_axes=axes)(*f64(stacked))), expected_outputs, VMAP_RTOL, "vmap")
+    # the batch axis of the outputs first or last
+    out_axis = int(rng.integers(2)) - 1
+    batched_outputs = numpy_leaves(fg.vmap(program, in_axes=axes, out_axes=out_axis)(*f64(stacked)))
+    assert_matches([np.moveaxis(out, out_axis, 0) for out in batched_outputs], expected_outputs, VMAP_RTOL, "vmap")
     for name, batched in [("vmap(grad)", fg.vmap(gradient, in_axes=axes)),
                           ("jit(vmap(grad))", fg.jit(fg.vmap(gradient, in_axes=axes)))]:
         assert_matches(numpy_leaves(batched(*f64(stacked))), expected_gradients, VMAP_RTOL, name)
@@ -263,7 +287,7 @@ def interpret(fn: Any, args: Sequence[np.ndarray]) -> list[np.ndarray]:
     return eval_ir(ir, list(args), [c.numpy() for c in ir.consts])
 
 
-@functools.partial(fuzz, share=0.25)   # each large case compiles kernels of its own shapes (~1 s)
+@functools.partial(fuzz, share=0.1)   # each large case compiles kernels of its own shapes (seconds)
 @given(case=fuzz_cases(large=True))
 def test_large_programs_and_their_gradients_compile_like_the_interpreter(case: FuzzCase) -> None:
     """Values up to 20,000 elements reach the compiler's vectorised and split-sum kernels: the
@@ -286,3 +310,50 @@ def functional32(case: FuzzCase, weights: Sequence[np.ndarray]) -> Any:
     def scalar(*inputs: Any) -> Any:
         return sum(fnp.sum(out * w) for out, w in zip(program(*inputs), weight_tensors))
     return scalar
+
+
+def _batch_of_one(fn: Any) -> Any:
+    """``fn`` through vmap over a batch of one (every argument batched), unbatched again."""
+    def batched(*args: Any) -> Any:
+        out = fg.vmap(fn)(*[fnp.expand_dims(a, 0) for a in args])
+        return fg.tree.map(lambda leaf: leaf[0], out)
+    return batched
+
+
+def _batch_of_two(fn: Any) -> Any:
+    """``fn`` through vmap over two copies of the first argument (the others unbatched), first copy kept."""
+    def batched(first: Any, *rest: Any) -> Any:
+        out = fg.vmap(fn, in_axes=(0,) + (None,) * len(rest))(fnp.stack([first, first]), *rest)
+        return fg.tree.map(lambda leaf: leaf[1], out)
+    return batched
+
+
+def _jvp_primal(fn: Any) -> Any:
+    """The primal output of ``jvp`` along a zero tangent."""
+    return lambda *args: fg.jvp(fn, args, tuple(fnp.zeros_like(a) for a in args))[0]
+
+
+def _linearize_primal(fn: Any) -> Any:
+    return lambda *args: fg.linearize(fn, *args)[0]
+
+
+# wrappers that keep a function's signature and value, so any stack of them around (or inside) grad
+# must still give the finite-difference gradient
+WRAPPERS = {"jit": fg.jit, "checkpoint": fg.checkpoint, "vmap(batch of 1)": _batch_of_one,
+            "vmap(batch of 2)": _batch_of_two, "jvp primal": _jvp_primal, "linearize primal": _linearize_primal}
+
+
+@fuzz
+@given(case=fuzz_cases(max_steps=5), inner=st.lists(st.sampled_from(sorted(WRAPPERS)), max_size=2),
+       outer=st.lists(st.sampled_from(sorted(WRAPPERS)), max_size=2))
+def test_random_stacks_of_transforms_around_grad_match_finite_differences(case: FuzzCase, inner: list[str],
+                                                                          outer: list[str]) -> None:
+    weights = output_weights(case)
+    scalar = functional(case, weights)
+    for name in inner:
+        scalar = WRAPPERS[name](scalar)
+    gradient = fg.grad(scalar, tuple(range(len(case.inputs))))
+    for name in outer:
+        gradient = WRAPPERS[name](gradient)
+    what = " o ".join(reversed(outer)) + (" o " if outer else "") + "grad" + "".join(f" o {n}" for n in inner)
+    assert_matches(numpy_leaves(gradient(*f64(case.inputs))), finite_difference_gradient(case, weights), FD_RTOL, what)
