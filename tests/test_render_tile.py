@@ -67,7 +67,8 @@ def assert_matches_reference(kernel: Kernel, got: list[np.ndarray], inputs: list
         np.testing.assert_allclose(actual.astype(np.float64), want, rtol=0, atol=scale)
 
 
-SHAPES = [(37, 19, 16), (50, 33, 20), (29, 64, 70), (14, 300, 64), (100, 5, 130), (1, 40, 48), (23, 7, 97)]
+SHAPES = [(37, 19, 16), (50, 33, 20), (29, 64, 70), (14, 300, 64), (100, 5, 130), (1, 40, 48), (23, 7, 97),
+          (40, 70, 10)]  # the last: fewer columns than a vector (one masked vector)
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
@@ -160,6 +161,8 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
     big = product_kernel(256, 256, 256)
     assert render_tile.tile_opts(big) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
     assert render_tile.tile_opts(product_kernel(4, 4, 4)) is None  # too small to gain
+    assert render_tile.tile_opts(product_kernel(512, 256, 10)) == (Opt("tile", 1, 16), Opt("upcast", 0, 16))
+    assert render_tile.tile_opts(product_kernel(512, 256, 7)) is None  # under 8 columns
     ints = kernels_of(lambda a, b: a @ b, np.ones((128, 128), np.int32), np.ones((128, 128), np.int32))[0]
     assert render_tile.tile_opts(ints) is None
     # a sum whose column-varying operand is not contiguous along the columns (a transposed read)

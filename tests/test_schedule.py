@@ -219,3 +219,19 @@ def test_plans_release_intermediate_buffers_after_their_last_use():
     assert plan.release_after[-1] == stored[:-1] or set(plan.release_after[-1]) == set(stored[:-1])
     (out,) = plan.run([A])
     np.testing.assert_allclose(out.sum(axis=-1), np.ones(N), rtol=1e-5)
+
+
+def test_an_expensive_operand_of_a_product_is_stored_not_recomputed():
+    """softmax's gradient feeding the output layer's weight gradient: each of its elements is read
+    once per row of the other operand, so it is computed once into memory, not inside the product."""
+    x = np.random.default_rng(3).normal(size=(64, 40)).astype(np.float32)
+    h = np.random.default_rng(4).normal(size=(64, 30)).astype(np.float32)
+    kernels = kernels_of(lambda x, h: h.T @ fnp.exp(x), x, h)
+    product = [k for k in kernels if k.reduce_op == "sum"]
+    assert len(product) == 1 and "exp" not in str(product[0]), [str(k) for k in kernels]
+    assert any("exp" in str(k) for k in kernels)
+    cheap = kernels_of(lambda x, h: h.T @ (x * 2.0 + 1.0), x, h)
+    assert len(cheap) == 1  # a cheap elementwise operand stays fused
+    want = h.T.astype(np.float64) @ np.exp(x.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(fg.jit(lambda x, h: h.T @ fnp.exp(x))(x, h)), want, rtol=1e-5,
+                               atol=1e-5 * np.abs(want).max())

@@ -34,6 +34,7 @@ LANES = 16  # float32 lanes in one 512-bit register
 CHUNK_ROWS = 96  # rows of the shared operand's other side kept in L2 while the column panels pass
 BLOCK_TERMS = 256  # reduction terms per block: a block of both operands stays in L1/L2
 TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast (and compile faster)
+MIN_COLUMNS = 8  # narrower rows (a 10-class output layer) run as one masked vector from 8 columns on
 MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than they gain
 # column-varying operations the tile renders (max/min propagate NaN, as the scalar renderer's)
 VECTOR_OPS = {"add": "fadd {t} {x}, {y}", "sub": "fsub {t} {x}, {y}", "mul": "fmul {t} {x}, {y}",
@@ -74,11 +75,11 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
         return None
     columns = kernel.shape[-1]
     work = int(np.prod(kernel.shape)) * int(np.prod(kernel.reduce_shape))
-    if columns < LANES or work < TILE_MIN_WORK:
+    if columns < MIN_COLUMNS or work < TILE_MIN_WORK:
         return None
     if int(np.prod(kernel.reduce_shape)) < MIN_TERMS:
         return None
-    width, height = next((w, h) for w, h in TILES if columns >= w)
+    width, height = next((w, h) for w, h in TILES if columns >= w or w == LANES)  # 8..15 columns: one masked vector
     if len(kernel.shape) == 1:  # one row (a sum over a batch, per feature): one thread runs it
         return (Opt("tile", 0, width), Opt("thread", 0, 1))
     if len(kernel.shape) >= 3:  # the row axis in equal blocks (20 rows: 2 x 10, not 14 + 6)

@@ -37,6 +37,8 @@ ELEMENTWISE = {name for name in K.UNARY + K.BINARY} | {"select", "convert_elemen
                                                        "stop_gradient", "iota"}
 MOVEMENT = {"reshape", "broadcast_in_dim", "transpose", "slice", "pad", "flip", "concatenate"}
 MAX_FUSED_SIZE = 160  # equations inlined into one kernel at most; bigger graphs are cut into several
+EXPENSIVE = {"exp", "log", "exp2", "log2", "expm1", "log1p", "tanh", "logistic", "erf", "pow", "sin", "cos", "tan",
+             "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "atan2", "sqrt", "rsqrt", "div"}
 BIJECTIVE = {"reshape", "transpose", "flip"}  # movements that renumber elements without repeating any
 REDUCTIONS = {"reduce_sum": "sum", "reduce_prod": "prod", "reduce_max": "max", "reduce_min": "min",
               "dot_general": "sum"}
@@ -125,6 +127,36 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset()) -> set[int]:
         if kind_of(eqn) == "host":
             stored.update(a.id for a in eqn.inputs if isinstance(a, Var) and a.id in producer)
             stored.update(v.id for v in eqn.outputs)
+
+    # a product reads each element of an operand once per element of the other side's free axes: an
+    # operand computed with transcendental functions (softmax's gradient before the output layer's
+    # weight gradient) is stored, not recomputed hundreds of times inside the product's loop
+    def expensive(var: Var) -> bool:
+        seen: set[int] = set()
+        stack = [var]
+        while stack:
+            current = stack.pop()
+            if current.id in seen or current.id not in producer or (current is not var and current.id in stored):
+                continue
+            seen.add(current.id)
+            eqn = producer[current.id]
+            if kind_of(eqn) not in ("elementwise", "movement"):
+                continue
+            if eqn.primitive.name in EXPENSIVE:
+                return True
+            stack.extend(a for a in eqn.inputs if isinstance(a, Var))
+        return False
+
+    for eqn in ir.eqns:
+        if eqn.primitive.name != "dot_general":
+            continue
+        for operand in eqn.inputs:
+            source = operand
+            while isinstance(source, Var) and source.id in producer and kind_of(producer[source.id]) == "movement":
+                source = producer[source.id].inputs[0]
+            if isinstance(source, Var) and source.id in producer and source.id not in stored \
+                    and kind_of(producer[source.id]) == "elementwise" and expensive(source):
+                stored.add(source.id)
 
     def identity_edge(consumer: Eqn, operand: Var) -> bool:
         """Does ``consumer`` read ``operand`` once per output element, so a reduction in ``operand``
