@@ -9,10 +9,13 @@ when it is created (``cache_size``); docs/architecture.md, "Caches and their bou
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
+from pathlib import Path
 from typing import Generic, TypeVar
 
 Key = TypeVar("Key", bound=Hashable)
@@ -84,3 +87,27 @@ class LRUCache(Generic[Key, Value]):
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+def write_atomically(path: Path, data: bytes, *, durable: bool = False) -> bool:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``, so
+    a reader sees the old file or the new one, never a torn one (``durable``: fsync before the
+    rename). An OSError leaves nothing behind and returns False; the caches then just do not keep
+    the entry."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            if durable:
+                file.flush()
+                os.fsync(file.fileno())
+        os.replace(temporary, path)
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return False

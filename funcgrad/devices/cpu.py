@@ -30,7 +30,6 @@ import os
 import queue
 import re
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -43,7 +42,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from funcgrad.caches import LRUCache, cache_size
+from funcgrad.caches import LRUCache, cache_size, write_atomically
 from funcgrad.debug import debug_level
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import optimize
@@ -250,20 +249,7 @@ class DiskCache:
 
     def store(self, key: str, payload: bytes) -> None:
         entry = _MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".o")
-        except OSError:
-            return
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(entry)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, self.path(key))
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+        if not write_atomically(self.path(key), entry, durable=True):
             return
         # trim on the first store of the process, then after every eighth of the bound written
         if self._unchecked_bytes is None or self._unchecked_bytes + len(entry) > self.max_bytes // 8:

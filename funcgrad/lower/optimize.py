@@ -20,13 +20,11 @@ reduction loops d.. into a partial; ``unroll(d, k)`` unroll reduction loop d k t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,6 +34,7 @@ import attrs
 import ml_dtypes
 import numpy as np
 
+from funcgrad.caches import write_atomically
 from funcgrad.debug import debug_level
 from funcgrad.lower.kernel import OPT_ACTIONS, Kernel, Opt, dtype_class
 from funcgrad.lower.render_llvm import (
@@ -296,20 +295,8 @@ def _store(kernel: Kernel, opts: tuple[Opt, ...], seconds: float, heuristic_seco
     path = beam_cache_path(kernel)
     entry = {"format": BEAM_FORMAT, "kernel": kernel.name, "opts": [[o.action, o.axis, o.amount] for o in opts],
              "seconds": seconds, "heuristic_seconds": heuristic_seconds}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    except OSError:
-        return
-    try:
-        with os.fdopen(handle, "w") as file:
-            json.dump(entry, file)
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        return
-    _REMEMBERED[str(path)] = opts
+    if write_atomically(path, json.dumps(entry).encode()):
+        _REMEMBERED[str(path)] = opts
 
 
 # --- the search -------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ import math
 import os
 import pickle
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,7 +39,7 @@ import attrs
 import numpy as np
 
 from funcgrad import nan_check
-from funcgrad.caches import LRUCache, cache_size
+from funcgrad.caches import LRUCache, cache_size, write_atomically
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Literal, Var
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
@@ -462,18 +461,7 @@ def _write_checked(path: Path, payload: bytes) -> None:
     """Write magic, checksum, length and payload atomically (temporary file, ``os.replace``). No
     fsync: a file a crash leaves damaged fails its checksum and is rebuilt."""
     entry = _PLAN_MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".plan")
-    except OSError:
-        return
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(entry)
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+    write_atomically(path, entry)
 
 
 class PlanDiskCache:
