@@ -198,14 +198,16 @@ class _Tile:
         identity = render_const(-0.0, FLOAT32)  # a non-empty sum starts at -0.0, as render_llvm's
         self.zero = "<" + ", ".join([f"float {identity}"] * LANES) + ">"
         self.vector = f"<{LANES} x float>"
-        for name, text in (
-                ("fmuladd", f"declare {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector}, {self.vector}, "
-                            f"{self.vector})"),
-                ("masked.load", f"declare {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr, i32 immarg, "
-                                f"<{LANES} x i1>, {self.vector})"),
-                ("maximum", f"declare {self.vector} @llvm.maximum.v{LANES}f32({self.vector}, {self.vector})"),
-                ("minimum", f"declare {self.vector} @llvm.minimum.v{LANES}f32({self.vector}, {self.vector})")):
-            builder.helpers.setdefault(f"declare.{name}", text)
+        self.declarations = {  # each added to the module when first used
+            "fmuladd": f"declare {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector}, {self.vector}, {self.vector})",
+            "masked.load": f"declare {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr, i32 immarg, <{LANES} x i1>, "
+                           f"{self.vector})",
+            "max": f"declare {self.vector} @llvm.maximum.v{LANES}f32({self.vector}, {self.vector})",
+            "min": f"declare {self.vector} @llvm.minimum.v{LANES}f32({self.vector}, {self.vector})"}
+
+    def declare(self, name: str) -> None:
+        if name in self.declarations:
+            self.b.helpers.setdefault(f"declare.{name}", self.declarations[name])
 
     def loop_name(self, kind: str) -> str:
         self.count += 1
@@ -328,6 +330,7 @@ class _Tile:
                 masked = mask if v == vectors - 1 else None
                 old = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
                 if expr.op == "mul":
+                    self.declare("fmuladd")
                     x, y = (self.operand(a, masked, vector_cache, broadcasts) for a in expr.args)
                     new = b.instantiate(f"{{out}} = call {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector} {x}, "
                                         f"{self.vector} {y}, {self.vector} {old})")
@@ -373,6 +376,7 @@ class _Tile:
             if mask is None:
                 out = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 4", p=pointer)
             else:
+                self.declare("masked.load")
                 out = b.instantiate(f"{{out}} = call {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr {pointer}, "
                                     f"i32 4, <{LANES} x i1> {mask}, {self.vector} zeroinitializer)")
         elif e.op == "neg":
@@ -380,6 +384,7 @@ class _Tile:
                                 x=self.operand(e.args[0], mask, cache, broadcasts))
         else:
             x, y = (self.operand(a, mask, cache, broadcasts) for a in e.args)
+            self.declare(e.op)
             out = b.instantiate("{out} = " + VECTOR_OPS[e.op].format(t=self.vector, x=x, y=y))
         cache[key] = out
         return out
