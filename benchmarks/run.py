@@ -472,14 +472,19 @@ def funcgrad_mlp_step(inputs: dict[str, Any]) -> Callable[[], Any]:
     return FuncgradMLP(inputs).step
 
 
+def fresh_first_step(runner: Any) -> Callable[[], Any]:
+    """A call that restarts ``runner`` (a functional step with ``state``, ``initial_state``, ``new_jit``)
+    from its initial state with a fresh jit: trace + compile + the first step."""
+
+    def first_step() -> Any:
+        runner.state, runner.train_step = runner.initial_state(), runner.new_jit()
+        return runner.step()
+
+    return first_step
+
+
 def funcgrad_mlp_first_call(inputs: dict[str, Any]) -> Callable[[], Any]:
-    mlp = FuncgradMLP(inputs)
-
-    def first_call() -> Any:
-        mlp.state, mlp.train_step = mlp.initial_state(), mlp.new_jit()
-        return mlp.step()
-
-    return first_call
+    return fresh_first_step(FuncgradMLP(inputs))
 
 
 class FuncgradCNN:
@@ -692,23 +697,11 @@ def jax_cnn_step(inputs: dict[str, Any]) -> Callable[[], Any]:
 
 
 def jax_cnn_first_step(inputs: dict[str, Any]) -> Callable[[], Any]:
-    cnn = JaxCNN(inputs)
-
-    def first_step() -> Any:
-        cnn.state, cnn.train_step = cnn.initial_state(), cnn.new_jit()
-        return cnn.step()
-
-    return first_step
+    return fresh_first_step(JaxCNN(inputs))
 
 
 def jax_mlp_first_call(inputs: dict[str, Any]) -> Callable[[], Any]:
-    mlp = JaxMLP(inputs)
-
-    def first_call() -> Any:
-        mlp.state, mlp.train_step = mlp.initial_state(), mlp.new_jit()
-        return mlp.step()
-
-    return first_call
+    return fresh_first_step(JaxMLP(inputs))
 
 
 # --- PyTorch (eager) -------------------------------------------------------------------------------------
