@@ -750,12 +750,7 @@ def torch_mlp_step(inputs: dict[str, Any]) -> Prepared:
     optimizer = torch.optim.Adam(model.parameters(), lr=ADAM["lr"], betas=(ADAM["b1"], ADAM["b2"]), eps=ADAM["eps"])
     x, labels = torch.from_numpy(inputs["x"]), torch.from_numpy(inputs["labels"]).long()
 
-    def step() -> Any:
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), labels)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+    step = torch_step(model, optimizer, x, labels)
 
     def snapshot(loss: Any) -> list[Any]:
         """[loss, params..., m...] in the functional layout (weights as (in, out))."""
@@ -766,6 +761,20 @@ def torch_mlp_step(inputs: dict[str, Any]) -> Prepared:
         return [loss.numpy(), *ps, *ms]
 
     return Prepared(step, snapshot)
+
+
+def torch_step(model: Any, optimizer: Any, x: Any, labels: Any) -> Callable[[], Any]:
+    """One eager PyTorch training step: cross-entropy of ``model(x)``, backward, the optimiser's step."""
+    import torch
+
+    def step() -> Any:
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
 
 
 def torch_cnn(inputs: dict[str, Any], dtype: Any = None, ties: str = "first") -> Prepared:
@@ -795,12 +804,7 @@ def torch_cnn(inputs: dict[str, Any], dtype: Any = None, ties: str = "first") ->
     optimizer = torch.optim.Adam(params, lr=ADAM["lr"], betas=(ADAM["b1"], ADAM["b2"]), eps=ADAM["eps"])
     x, labels = torch.from_numpy(inputs["x"]).to(dtype), torch.from_numpy(inputs["labels"]).long()
 
-    def step() -> Any:
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), labels)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+    step = torch_step(model, optimizer, x, labels)
 
     def snapshot(loss: Any) -> list[Any]:
         """[loss, params..., m...] in the order of cnn_inputs."""
