@@ -165,6 +165,18 @@ def test_a_code_changing_setting_keeps_plans_apart(fresh_process: None, monkeypa
     assert not device.plan_cache.path(device.plan_cache.header(structure, "CPU")).exists()
 
 
+def test_a_plan_stored_with_fewer_cpus_is_not_reused_with_more(fresh_process: None, monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    # kernels' thread opts count the CPUs: a plan stored under `taskset -c 0` must not run one thread later
+    monkeypatch.setattr(cpu_module, "thread_count", lambda: 1)
+    run(make_ir(), CPUDevice(cache_dir=tmp_path))
+    monkeypatch.setattr(cpu_module, "thread_count", lambda: 2)
+    device = CPUDevice(cache_dir=tmp_path)
+    assert device.plan_cache is not None
+    structure = plan_module.structure_key(make_ir())
+    assert not device.plan_cache.path(device.plan_cache.header(structure, "CPU")).exists()
+
+
 def test_different_irs_never_share_an_entry(fresh_process: None, monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:
     small = RNG.standard_normal((3, 4)).astype(np.float32)
