@@ -21,8 +21,30 @@ OPTIONS: dict[str, tuple[str, str]] = {
 }
 
 
+def _raw_environment() -> dict[bytes, bytes] | None:
+    """The bytes dict behind ``os.environ`` on POSIX, which ``os.environ[...] = ...`` (and pytest's
+    monkeypatch) keep up to date; None where the layout differs (then ``os.environ`` is read)."""
+    data = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    if os.name != "posix" or not isinstance(data, dict) or encode is None or encode("DEBUG") != b"DEBUG":
+        return None
+    return data
+
+
+_RAW_ENVIRONMENT = _raw_environment()
+
+
+def env_value(variable: str) -> str | None:
+    """``os.environ.get(variable)``, read on every call, in ~60 ns instead of ~700 ns (a jitted call
+    reads three settings)."""
+    if _RAW_ENVIRONMENT is None:
+        return os.environ.get(variable)
+    value = _RAW_ENVIRONMENT.get(variable.encode())
+    return None if value is None else os.fsdecode(value)
+
+
 def _env_flag(variable: str) -> bool:
-    return os.environ.get(variable, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return (env_value(variable) or "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 class Config:

@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import gc
-import os
+
+from funcgrad.config import env_value
 
 
 def debug_level() -> int:
     """``DEBUG`` as an int (0 when unset or not a number)."""
     try:
-        return int(os.environ.get("DEBUG", "0") or 0)
+        return int(env_value("DEBUG") or 0)
     except ValueError:
         return 0
 
