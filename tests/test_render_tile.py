@@ -165,9 +165,14 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
     assert render_tile.tile_opts(product_kernel(512, 256, 7)) is None  # under 8 columns
     ints = kernels_of(lambda a, b: a @ b, np.ones((128, 128), np.int32), np.ones((128, 128), np.int32))[0]
     assert render_tile.tile_opts(ints) is None
-    # a sum whose column-varying operand is not contiguous along the columns (a transposed read)
+    # a sum whose column-varying operand is not contiguous along the columns (a transposed read) is packed
     strided = kernels_of(lambda a, b: a @ b.T, np.ones((256, 256), np.float32), np.ones((256, 256), np.float32))[0]
-    assert render_tile.tile_opts(strided) is None
+    assert render_tile._packable(strided) and not render_tile._packable(big)
+    assert render_tile.tile_opts(strided) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
+    # ... but not when the column factor also moves with the rows (no shared panel to pack)
+    a = np.ones((128, 128), np.float32)
+    both = kernels_of(lambda a, b, c: (a[:, None, :] * b[None, :, :] * c[:, :, None]).sum(-1), a, a, a)[0]
+    assert not render_tile._packable(both) and render_tile.tile_opts(both) is None
     assert render_tile.tile_candidates(big)
     assert all(render_tile.check_tile_opts(big, opts) is None for opts in render_tile.tile_candidates(big))
 
@@ -216,3 +221,66 @@ def test_beam_neighbours_of_a_tile_are_other_tiles() -> None:
         check_opts(kernel, candidate)
         assert any(opt.action == "tile" for opt in candidate)
         assert [o for o in candidate if o.action == "thread"] == [o for o in base if o.action == "thread"]
+
+
+TRANSPOSED_SHAPES = [(37, 19, 16), (50, 33, 20), (29, 64, 70), (14, 300, 64), (23, 7, 97), (40, 70, 10), (9, 10, 130)]
+
+
+@pytest.mark.parametrize("m,k,n", TRANSPOSED_SHAPES, ids=lambda v: str(v))
+def test_packed_transposed_products_match_the_reference(device: CPUDevice, m: int, k: int, n: int) -> None:
+    """``relu(A) @ B.T + bias``: the column factor ``B[j, k]`` strides along the columns, so each panel
+    is packed; every tile shape, full and short reduction blocks, masked last columns, remainder rows."""
+    a, b, bias = np.ones((m, k), np.float32), np.ones((n, k), np.float32), np.ones(n, np.float32)
+    kernel = kernels_of(lambda a, b, bias: fnp.maximum(a, 0.0) @ b.T + bias, a, b, bias)[0]
+    assert render_tile._packable(kernel)
+    inputs = random_inputs(kernel, seed=9)
+    for width, height in render_tile.TILES:
+        for block in (0, 3):
+            variant = tiled(kernel, width, height, block)
+            source = render_llvm(variant)
+            assert "%inpack" in source and "fmuladd" in source
+            assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+def test_packed_column_factor_may_be_an_expression(device: CPUDevice) -> None:
+    """The packed factor is evaluated, not copied: ``A @ max(B * 0.5 - 1, -0.75).T``, NaN and inf
+    propagating through it."""
+    a, b = np.ones((30, 40), np.float32), np.ones((50, 40), np.float32)
+    kernel = kernels_of(lambda a, b: a @ fnp.maximum(b * 0.5 - 1.0, -0.75).T, a, b)[0]
+    assert render_tile._packable(kernel)
+    inputs = random_inputs(kernel, seed=10)
+    variant = tiled(kernel, 32, 14, block=7)
+    assert_matches_reference(variant, run(device, variant, inputs), inputs)
+    inputs[0][4, 3] = np.nan
+    inputs[1][7, 2] = np.inf
+    (out,) = run(device, variant, inputs)
+    (want,) = run(device, attrs.evolve(kernel, opts=None), inputs)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(out), np.isinf(want))
+    assert np.isnan(out[4]).all() and np.isinf(out[:, 7]).any()
+
+
+def test_transposed_products_and_gradients_through_jit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MLP's input gradient ``dY @ W.T`` (and a short 10-term one, as the output layer's) run
+    packed under jit and match NumPy in float64."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    w1 = rng.standard_normal((96, 80)).astype(np.float32)
+    w2 = rng.standard_normal((80, 10)).astype(np.float32)
+    monkeypatch.setattr(render_tile, "TILE_MIN_WORK", 0)
+
+    def loss(x, w1, w2):  # noqa: ANN001, ANN202
+        return (fnp.maximum(x @ w1, 0.0) @ w2).sum() ** 2 / 1e4
+
+    grads = fg.jit(fg.grad(loss, argnums=(0, 1, 2)))
+    gx, g1, g2 = (np.asarray(g, np.float64) for g in grads(x, w1, w2))
+    x64, w164, w264 = (v.astype(np.float64) for v in (x, w1, w2))
+    h = x64 @ w164
+    total = (np.maximum(h, 0) @ w264).sum()
+    dout = np.full((64, 10), 2 * total / 1e4)
+    dh = (dout @ w264.T) * (h > 0)
+    np.testing.assert_allclose(g2, np.maximum(h, 0).T @ dout, rtol=2e-4, atol=1e-3)
+    np.testing.assert_allclose(g1, x64.T @ dh, rtol=2e-4, atol=1e-3)
+    np.testing.assert_allclose(gx, dh @ w164.T, rtol=2e-4, atol=1e-3)
+    lowered = fg.jit(fg.grad(loss, argnums=0)).lower(x, w1, w2)
+    assert any("%inpack" in info.source for info in lowered.kernels)

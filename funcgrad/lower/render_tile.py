@@ -15,6 +15,11 @@ take a narrower tile whose last vector is masked (no out-of-bounds load or store
 fill one run one at a time. The epilogue (bias, activation, casts: anything the kernel fuses after
 the reduction) runs per element from a stack copy of the tile, as in the plain renderer.
 
+A product whose column operand is contiguous along the reduction instead (``C[m, j] = sum_k A[m, k] *
+B[j, k]``: a gradient ``dY @ W.T``) is *packed*: per column panel and reduction block, the factor that
+varies with the columns is evaluated once into a stack buffer laid out ``[k][column]`` (BLIS's packed
+panel), and the register tile reads that buffer as it reads a contiguous operand.
+
 A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
 """
@@ -36,11 +41,14 @@ BLOCK_TERMS = 256  # reduction terms per block: a block of both operands stays i
 TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast (and compile faster)
 MIN_COLUMNS = 8  # narrower rows (a 10-class output layer) run as one masked vector from 8 columns on
 MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than they gain
+MIN_PACKED_TERMS = 8  # ... except against a transposed operand's strided scalar loops (10 terms: 6.7x faster)
+PACKED_CHUNK_ROWS = 384  # a packed panel is built once per chunk of rows: longer chunks pay for it less often
 # column-varying operations the tile renders (max/min propagate NaN, as the scalar renderer's)
 VECTOR_OPS = {"add": "fadd {t} {x}, {y}", "sub": "fsub {t} {x}, {y}", "mul": "fmul {t} {x}, {y}",
               "max": "call {t} @llvm.maximum.v16f32({t} {x}, {t} {y})",
               "min": "call {t} @llvm.minimum.v16f32({t} {x}, {t} {y})"}
 ROW, COLUMN, OUTER = "m", "c", "o"  # the tile's loop variables: row, column, outer row
+PANEL, BLOCK = "tpanel", "tblock"  # a packed panel's first column and its reduction block's first term
 # (columns, rows) of the register tile, widest first; each keeps 24-28 of the 32 vector registers as
 # accumulators (6 x 64 and 8 x 48 measured ~1.3x faster than 14 x 32 on a 1024 product here)
 TILES = ((64, 6), (48, 8), (32, 14), (16, 16))  # the tile's loop variables: flattened row, column
@@ -77,7 +85,7 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     work = int(np.prod(kernel.shape)) * int(np.prod(kernel.reduce_shape))
     if columns < MIN_COLUMNS or work < TILE_MIN_WORK:
         return None
-    if int(np.prod(kernel.reduce_shape)) < MIN_TERMS:
+    if int(np.prod(kernel.reduce_shape)) < (MIN_PACKED_TERMS if _packable(kernel) else MIN_TERMS):
         return None
     width, height = next((w, h) for w, h in TILES if columns >= w or w == LANES)  # 8..15 columns: one masked vector
     if len(kernel.shape) == 1:  # one row (a sum over a batch, per feature): one thread runs it
@@ -117,10 +125,37 @@ def check_tile_opts(kernel: Kernel, opts: tuple[Opt, ...]) -> None:
             raise ValueError(f"a register-tiled kernel takes no {opt.action} action (its loops are its own)")
 
 
-def _tileable(kernel: Kernel) -> bool:
+def _float_sum(kernel: Kernel) -> bool:
     return (kernel.reduce_op == "sum" and kernel.reduce_expr is not None and len(kernel.shape) >= 1
-            and bool(kernel.reduce_shape) and kernel.reduce_expr.dtype == FLOAT32
-            and _vectorisable(kernel.reduce_expr, f"g{len(kernel.shape) - 1}", {}))
+            and bool(kernel.reduce_shape) and kernel.reduce_expr.dtype == FLOAT32)
+
+
+def _tileable(kernel: Kernel) -> bool:
+    return _float_sum(kernel) and (_vectorisable(kernel.reduce_expr, f"g{len(kernel.shape) - 1}", {})
+                                   or _packable(kernel))
+
+
+def _split_product(e: KExpr, column: str, row: str) -> tuple[KExpr, KExpr] | None:
+    """``e`` as (row factor, column factor) when it is a float32 product of a factor that does not
+    move with the columns and one that moves with the columns but not with the rows."""
+    if e.op != "mul" or e.dtype != FLOAT32:
+        return None
+    for x, y in (e.args, e.args[::-1]):
+        memo: dict[KExpr, bool] = {}
+        if not _depends(x, column, memo) and _depends(y, column, memo) and not _depends(y, row, {}):
+            return x, y
+    return None
+
+
+def _packable(kernel: Kernel) -> bool:
+    """A 2-D float32 sum over one loop of (row factor) x (column factor) whose column factor the tile
+    cannot read as vectors (a transposed operand): it is packed per panel (see the module docstring)."""
+    if not _float_sum(kernel) or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
+        return False
+    assert kernel.reduce_expr is not None
+    if _vectorisable(kernel.reduce_expr, "g1", {}):
+        return False
+    return _split_product(kernel.reduce_expr, "g1", "g0") is not None
 
 
 def _replace(e: KExpr, table: dict[str, KExpr], memo: dict[KExpr, KExpr]) -> KExpr:
@@ -160,7 +195,8 @@ def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
         raise ValueError(f"kernel {kernel.name}: a tile needs a width that is a multiple of {LANES} and a "
                          f"height (tile and upcast actions), got {width} x {height}")
     inner = int(np.prod(kernel.reduce_shape[1:]))
-    chunk = chunk if chunk > 0 else height * -(-CHUNK_ROWS // height)
+    rows = PACKED_CHUNK_ROWS if _packable(kernel) else CHUNK_ROWS
+    chunk = chunk if chunk > 0 else height * -(-rows // height)
     block = block if block > 0 else max(1, BLOCK_TERMS // max(1, inner))
     return width, height, max(chunk, height), block
 
@@ -192,6 +228,7 @@ class _Tile:
         memo: dict[KExpr, KExpr] = {}
         assert kernel.reduce_expr is not None
         self.reduce_expr = _replace(kernel.reduce_expr, table, memo)
+        self.packed = _split_product(self.reduce_expr, COLUMN, ROW) if _packable(kernel) else None
         self.outputs = tuple(_replace(e, table, memo) for e in kernel.outputs)
         self.allocas: list[str] = []
         self.count = 0
@@ -272,7 +309,8 @@ class _Tile:
         after = b.instantiate("{out} = add i64 %" + block + ", " + str(self.block))
         short = b.instantiate("{out} = icmp slt i64 {x}, " + str(extent), x=after)
         block_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 " + str(extent), c=short, x=after)
-        arguments = (column, vectors, mask, f"%{block}", block_end, buffer, stride)
+        expr = self.pack(column, vectors, masked_lanes, block, block_end, stride) if self.packed else self.reduce_expr
+        arguments = (expr, column, vectors, mask, f"%{block}", block_end, buffer, stride)
         if self.nested:  # whole blocks of rows, then one block of the remaining rows
             height = min(self.height, self.row_extent)
             whole = self.row_extent - self.row_extent % height
@@ -300,15 +338,47 @@ class _Tile:
         width = stride - ((LANES - masked_lanes) % LANES if masked_lanes else 0)
         self.epilogue(column, width, buffer, stride)
 
-    def micro(self, row: str, height: int, column: str, vectors: int, mask: str | None, low: str, high: str,
-              buffer: str, stride: int) -> None:
-        """One register tile: ``height`` rows from ``%row``, ``vectors`` vectors from ``column``, the
-        first reduction loop over [low, high); the sums are added into ``buffer``."""
+    def pack(self, column: str, vectors: int, masked_lanes: int, block: str, block_end: str, stride: int) -> KExpr:
+        """Evaluate the column factor for the panel's columns from ``column`` and the reduction block
+        from ``%block`` into a stack buffer ``[term][column]``; return the reduction expression that
+        reads it (the row factor times a load from the buffer, contiguous along the columns)."""
+        assert self.packed is not None
+        b = self.b
+        row_factor, column_factor = self.packed
+        name = f"pack{self.count}"
+        self.allocas.append(f"%in{name} = alloca [{self.block * stride} x float], align 64")
+        saved = dict(b.cache)
+        columns = (vectors - 1) * LANES + masked_lanes if masked_lanes else stride
+        across = self.loop_name("pc")  # columns outermost: the factor's own loads run along the reduction
+        b.open_loop(across, "0", str(columns))
+        b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", %" + across)[1:]
+        down = self.loop_name("pk")
+        b.open_loop(down, f"%{block}", block_end)
+        b.var_names["r0"] = down
+        value = b.value(column_factor)
+        term = b.instantiate("{out} = sub i64 %" + down + ", %" + block)
+        offset = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=term)
+        offset = b.instantiate("{out} = add i64 {x}, %" + across, x=offset)
+        slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + ", i64 {i}", i=offset)
+        b.emit(f"store float {value}, ptr {slot}")
+        b.close_loop(down)
+        b.close_loop(across)
+        del b.var_names[COLUMN], b.var_names["r0"]
+        b.cache = saved
+        index = alu("add", alu("mul", alu("sub", var("r0"), var(BLOCK)), const(stride, INDEX)),
+                    alu("sub", var(COLUMN), var(PANEL)))
+        return KExpr("mul", FLOAT32, (row_factor, KExpr("load", FLOAT32, (index,), name)))
+
+    def micro(self, row: str, height: int, reduce_expr: KExpr, column: str, vectors: int, mask: str | None, low: str,
+              high: str, buffer: str, stride: int) -> None:
+        """One register tile of ``reduce_expr``: ``height`` rows from ``%row``, ``vectors`` vectors from
+        ``column``, the first reduction loop over [low, high); the sums are added into ``buffer``."""
         b, kernel = self.b, self.kernel
         saved = dict(b.cache)
         b.var_names[ROW] = row
         column_alias = b.instantiate("{out} = add i64 " + column + ", 0")
         b.var_names[COLUMN] = column_alias[1:]
+        b.var_names[PANEL], b.var_names[BLOCK] = column_alias[1:], low[1:]
         tag = self.count
         slots = [[f"%acc{tag}.{r}.{v}" for v in range(vectors)] for r in range(height)]
         for line in slots:
@@ -326,7 +396,7 @@ class _Tile:
         broadcasts: dict[str, str] = {}
         for r in range(height):
             for v in range(vectors):
-                expr = substitute(substitute(self.reduce_expr, ROW, r), COLUMN, v * LANES)
+                expr = substitute(substitute(reduce_expr, ROW, r), COLUMN, v * LANES)
                 masked = mask if v == vectors - 1 else None
                 old = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
                 if expr.op == "mul":
@@ -354,7 +424,7 @@ class _Tile:
                 total = b.instantiate(f"{{out}} = fadd {self.vector} {{x}}, {{y}}", x=old, y=acc)
                 b.emit(f"store {self.vector} {total}, ptr {slot}, align 64")
         b.cache = dict(saved)
-        del b.var_names[ROW], b.var_names[COLUMN]
+        del b.var_names[ROW], b.var_names[COLUMN], b.var_names[PANEL], b.var_names[BLOCK]
 
     def operand(self, e: KExpr, mask: str | None, cache: dict[tuple[KExpr, bool], str],
                 broadcasts: dict[str, str]) -> str:
