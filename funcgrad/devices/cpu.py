@@ -21,12 +21,16 @@ microseconds (see ``PARALLEL_MIN_WORK``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import ctypes.util
 import functools
 import hashlib
+import importlib.util
+import json
 import os
+import platform
 import queue
 import re
 import sys
@@ -38,12 +42,19 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import llvmlite
-import llvmlite.binding as llvm
 import numpy as np
 
 from funcgrad.caches import LRUCache, cache_size, write_atomically
 from funcgrad.debug import debug_level
+from funcgrad.devices.cpu_compiler import (
+    CodeMemory,
+    LLVMCompiler,
+    UnsupportedObject,
+    WorkerClient,
+    load_object,
+    symbol_address,
+    undefined_symbols,
+)
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
@@ -70,75 +81,94 @@ class KernelCompileError(RuntimeError):
     LLVM source when DEBUG >= 4)."""
 
 
-# --- the LLVM target --------------------------------------------------------------------------------
+# --- the LLVM targets ---------------------------------------------------------------------------------
 
-class _HostTarget:
-    """The host's triple, CPU name and features, and target machines for it (LLVM is initialised
-    once; libm and libgcc are loaded so compiled code can call them)."""
+_LLVM_LOCK = threading.Lock()  # this process's global LLVM context, MCJIT engines and freeing kernel code
+
+
+def worker_supported() -> bool:
+    """Whether this process can load the worker's object code itself (``cpu_compiler.load_object``)."""
+    return sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
+
+
+def compiler_mode() -> str:
+    """``FUNCGRAD_COMPILER``: 'worker' (LLVM in a compiler process; the default where supported) or
+    'inprocess' (llvmlite in this process, as MCJIT)."""
+    requested = os.environ.get("FUNCGRAD_COMPILER", "")
+    if requested not in ("", "worker", "inprocess"):
+        raise ValueError(f"FUNCGRAD_COMPILER must be 'worker' or 'inprocess', got {requested!r}")
+    if requested == "inprocess":
+        return "inprocess"
+    if not worker_supported():
+        if debug_level() >= 1:
+            print(f"funcgrad: the CPU compiler runs in this process: loading object code from a compiler worker needs "
+                  f"x86-64 Linux, this is {sys.platform} {platform.machine()}", file=sys.stderr)
+        return "inprocess"
+    return "worker"
+
+
+class _Target:
+    """What both targets share: ``description`` (llvmlite and LLVM versions, triple, CPU name and
+    features) and the fingerprint made of it that keys the disk caches."""
+
+    @property
+    def description(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def cpu(self) -> str:
+        return self.description[3]
+
+    @property
+    def fingerprint(self) -> str:
+        return "\n".join([CACHE_FORMAT, *self.description])
+
+
+class InProcessTarget(_Target):
+    """LLVM in this process: object code linked by MCJIT engines (libm and libgcc are loaded so
+    compiled code can call them)."""
 
     def __init__(self) -> None:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
+        import llvmlite.binding as llvm
+        self.llvm = llvm
+        self.compiler = LLVMCompiler()
         for library in ("m", "gcc_s"):  # libm for erf & co; libgcc_s for half-precision libcalls
             path = ctypes.util.find_library(library)
             if path:
                 with contextlib.suppress(RuntimeError):
                     llvm.load_library_permanently(path)
-        self.triple = llvm.get_process_triple()
-        self.cpu = llvm.get_host_cpu_name()
-        self.features = llvm.get_host_cpu_features().flatten()
-        self.fingerprint = "\n".join([CACHE_FORMAT, llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)),
-                                      self.triple, self.cpu, self.features])
-        self.lock = threading.Lock()  # LLVM's optimizer and code generator are used by one thread at a time
-        self.machine = self.new_machine()
-        self.per_thread = threading.local()  # compile_alone's contexts and machines
-        self.pass_builders = {level: llvm.create_pass_builder(self.machine,
-                                                              llvm.create_pipeline_tuning_options(speed_level=level))
-                              for level in (0, 3)}
+        self.triple = self.compiler.triple
+        self.lock = _LLVM_LOCK  # LLVM's global context is used by one thread at a time
+        self.machine = self.compiler.new_machine()
+        self.pass_builders = {level: self.compiler.pass_builder(self.machine, level) for level in (0, 3)}
 
-    def new_machine(self) -> llvm.TargetMachine:
-        target = llvm.Target.from_triple(self.triple)
-        return target.create_target_machine(cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault")
+    @property
+    def description(self) -> list[str]:
+        return self.compiler.description
 
     def compile(self, source: str, speed_level: int = 3) -> bytes:
         """LLVM IR text -> native object code, optimised at ``speed_level`` (0 or 3)."""
         with self.lock:
-            _RETIRED_ENGINES.clear()  # free engines no kernel uses any more, while no other thread uses LLVM
-            module = llvm.parse_assembly(source)
-            module.triple = self.triple
-            module.data_layout = str(self.machine.target_data)
-            module.verify()
-            pass_builder = self.pass_builders[speed_level]
-            pass_builder.getModulePassManager().run(module, pass_builder)
-            return bytes(self.machine.emit_object(module))
+            _free_retired()  # free code no kernel uses any more, while no other thread uses LLVM
+            module = self.llvm.parse_assembly(source)
+            return self.compiler.optimize_and_emit(module, self.machine, self.pass_builders[speed_level])
 
     def compile_alone(self, source: str, speed_level: int = 3) -> bytes:
         """``compile`` in this thread's own LLVM context and target machine, without the lock, so
         kernels compile on every CPU at once (``CPUDevice.compile_many``)."""
-        own = self.per_thread.__dict__
-        if "machine" not in own:
-            own["context"] = llvm.create_context()
-            own["machine"] = self.new_machine()
-            own["pass_builders"] = {level: llvm.create_pass_builder(
-                own["machine"], llvm.create_pipeline_tuning_options(speed_level=level)) for level in (0, 3)}
-        module = llvm.parse_assembly(source, context=own["context"])
-        module.triple = self.triple
-        module.data_layout = str(own["machine"].target_data)
-        module.verify()
-        pass_builder = own["pass_builders"][speed_level]
-        pass_builder.getModulePassManager().run(module, pass_builder)
-        return bytes(own["machine"].emit_object(module))
+        return self.compiler.compile(source, speed_level)
 
-    def load(self, object_code: bytes, function_name: str) -> tuple[llvm.ExecutionEngine, int]:
+    def load(self, object_code: bytes, function_name: str) -> tuple[Any, int]:
         """Link object code into a fresh MCJIT engine; the engine must outlive every call."""
-        missing = [name for name in undefined_symbols(object_code) if not llvm.address_of_symbol(name)]
+        missing = [name for name in undefined_symbols(object_code) if not symbol_address(name)]
         if missing:
             raise RuntimeError(f"the compiled code needs {', '.join(missing)}, which this process does not provide")
+        llvm = self.llvm
         with self.lock:
-            _RETIRED_ENGINES.clear()
+            _free_retired()
             empty = llvm.parse_assembly("")
             empty.triple = self.triple
-            engine = llvm.create_mcjit_compiler(empty, self.new_machine())  # the engine owns its machine
+            engine = llvm.create_mcjit_compiler(empty, self.compiler.new_machine())  # the engine owns its machine
             engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
             engine.finalize_object()
             address = engine.get_function_address(function_name)
@@ -147,68 +177,126 @@ class _HostTarget:
         return engine, address
 
 
-def undefined_symbols(object_code: bytes) -> list[str]:
-    """The symbols an ELF64 object file imports (its .symtab entries with no section). MCJIT links
-    an unresolvable one to address 0, so they are checked before any code runs."""
-    if object_code[:4] != b"\x7fELF" or object_code[4] != 2:
-        return []  # not ELF64 (another OS): nothing to check here
-    section_offset = int.from_bytes(object_code[0x28:0x30], "little")
-    section_size, section_count = (int.from_bytes(object_code[o:o + 2], "little") for o in (0x3A, 0x3C))
-    sections = [object_code[section_offset + i * section_size:section_offset + (i + 1) * section_size]
-                for i in range(section_count)]
+class WorkerTarget(_Target):
+    """LLVM in a compiler worker process (``cpu_compiler.WorkerClient``); its object code is linked
+    into this process by ``cpu_compiler.load_object``, so this process never loads LLVM. The
+    description comes from the worker once per machine and is kept under ``$FUNCGRAD_CACHE/host``,
+    so a process that finds its kernels on disk starts no worker at all."""
 
-    def field(header: bytes, offset: int, width: int) -> int:
-        return int.from_bytes(header[offset:offset + width], "little")
+    def __init__(self) -> None:
+        self.client = WorkerClient()
+        atexit.register(self.client.close)
+        self._description: list[str] | None = None
+        self._describe_lock = threading.Lock()
 
-    names = []
-    for header in sections:
-        if field(header, 4, 4) != 2:  # SHT_SYMTAB
-            continue
-        strings = sections[field(header, 0x28, 4)]
-        string_start = field(strings, 0x18, 8)
-        start, size = field(header, 0x18, 8), field(header, 0x20, 8)
-        for entry in range(start, start + size, 24):
-            name_offset, section_index = field(object_code, entry, 4), field(object_code, entry + 6, 2)
-            if section_index == 0 and name_offset:
-                end = object_code.index(b"\0", string_start + name_offset)
-                names.append(object_code[string_start + name_offset:end].decode())
-    return names
+    @property
+    def description(self) -> list[str]:
+        with self._describe_lock:
+            if self._description is None:
+                self._description = self._stored_description()
+            return self._description
+
+    def _stored_description(self) -> list[str]:
+        path = host_description_path()
+        if path is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stored = json.loads(path.read_text())
+                if isinstance(stored, list) and len(stored) == 5 and all(isinstance(part, str) for part in stored):
+                    return stored
+        described = self.client.describe()
+        if path is not None:
+            write_atomically(path, json.dumps(described).encode())
+        return described
+
+    def compile(self, source: str, speed_level: int = 3) -> bytes:
+        """LLVM IR text -> native object code, compiled by the worker."""
+        return self.client.compile(source, speed_level)
+
+    compile_alone = compile  # the worker compiles concurrent requests on one thread per CPU
+
+    def load(self, object_code: bytes, function_name: str) -> tuple[Any, int]:
+        """Link object code into this process (MCJIT in this process for objects the loader refuses)."""
+        with _LLVM_LOCK:
+            _free_retired()
+        try:
+            return load_object(object_code, function_name)
+        except UnsupportedObject as error:
+            if debug_level() >= 1:
+                print(f"funcgrad: {function_name} is linked by MCJIT in this process: {error}", file=sys.stderr)
+            return host_target("inprocess").load(object_code, function_name)
+
+
+def cache_root() -> Path:
+    """``$FUNCGRAD_CACHE``, default ``~/.cache/funcgrad``: object code, plans, BEAM choices, host descriptions."""
+    return Path(os.environ.get("FUNCGRAD_CACHE") or Path.home() / ".cache" / "funcgrad")
+
+
+_CPUINFO_KEYS = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
+
+
+def host_description_path() -> Path | None:
+    """Where the worker's description of this machine is kept: named by what LLVM's host detection
+    reads, taken without LLVM (the first CPU's /proc/cpuinfo identity and flags, the llvmlite
+    library file); None where that cannot be read."""
+    try:
+        first_cpu = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+        spec = importlib.util.find_spec("llvmlite")
+        assert spec is not None and spec.origin is not None
+        libraries = sorted((Path(spec.origin).parent / "binding").glob("libllvmlite*"))
+        files = [f"{p.resolve()} {p.stat().st_size} {p.stat().st_mtime_ns}" for p in libraries]
+    except (OSError, AssertionError, ImportError, ValueError):
+        return None
+    cpu = [line for line in first_cpu.splitlines() if line.split(":")[0].strip() in _CPUINFO_KEYS]
+    if not files or not cpu:
+        return None
+    identity = "\n".join([CACHE_FORMAT, sys.platform, platform.machine(), *files, *cpu])
+    return cache_root() / "host" / f"{hashlib.sha256(identity.encode()).hexdigest()}.json"
 
 
 _SINGLETONS_LOCK = threading.Lock()  # two threads' first calls must not build two targets (two LLVM locks)
 
 
 @functools.cache
-def _make_host_target() -> _HostTarget:
-    return _HostTarget()
+def _make_host_target(mode: str) -> InProcessTarget | WorkerTarget:
+    return InProcessTarget() if mode == "inprocess" else WorkerTarget()
 
 
-def host_target() -> _HostTarget:
+def host_target(mode: str | None = None) -> InProcessTarget | WorkerTarget:
+    """The target that compiles and loads kernels: ``compiler_mode()``'s unless ``mode`` names one."""
+    mode = mode or compiler_mode()
     with _SINGLETONS_LOCK:
-        return _make_host_target()
+        return _make_host_target(mode)
 
 
 class EngineHandle:
-    """Keeps an MCJIT engine, and so the code at its addresses, alive while a ``CompiledKernel`` holds
-    this handle. The last holder may die in any thread, perhaps while another one compiles, and
-    LLVM's context is not thread-safe: the engine is then only queued, and the next compile frees it
-    under the LLVM lock."""
+    """Keeps kernel code (an MCJIT engine or the loader's ``CodeMemory``) alive while a
+    ``CompiledKernel`` holds this handle. The last holder may die in any thread, perhaps while
+    another one compiles, and LLVM's context is not thread-safe: the code is then only queued, and
+    the next compile or load frees it under the LLVM lock."""
 
-    def __init__(self, engine: llvm.ExecutionEngine) -> None:
+    def __init__(self, engine: Any) -> None:
         self.engine = engine
         weakref.finalize(self, _RETIRED_ENGINES.append, engine)
         LIVE_ENGINES.add(self)
 
 
 LIVE_ENGINES: weakref.WeakSet[EngineHandle] = weakref.WeakSet()  # for funcgrad.debug.live_counts
-_RETIRED_ENGINES: list[llvm.ExecutionEngine] = []  # used by no kernel; freed by _HostTarget.compile
+_RETIRED_ENGINES: list[Any] = []  # used by no kernel; freed by _free_retired
 
 
-_LIVE_ENGINES: list[llvm.ExecutionEngine] = []  # kept for the life of the process (keep_engine)
+def _free_retired() -> None:
+    """Free the code of kernels no one uses (called with _LLVM_LOCK held)."""
+    for engine in _RETIRED_ENGINES:
+        if isinstance(engine, CodeMemory):
+            engine.free()
+    _RETIRED_ENGINES.clear()  # MCJIT engines are disposed of when their last reference goes
 
 
-def keep_engine(engine: llvm.ExecutionEngine) -> None:
-    """Keep an execution engine alive for the life of the process (BEAM's candidates use this)."""
+_LIVE_ENGINES: list[Any] = []  # kept for the life of the process (keep_engine)
+
+
+def keep_engine(engine: Any) -> None:
+    """Keep kernel code (an engine or ``CodeMemory``) alive for the life of the process (BEAM's candidates use this)."""
     _LIVE_ENGINES.append(engine)
 
 
@@ -219,8 +307,7 @@ class DiskCache:
     missing. A folder that cannot be created disables the cache silently."""
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
-        root = folder or os.environ.get("FUNCGRAD_CACHE") or Path.home() / ".cache" / "funcgrad"
-        self.folder = Path(root) / "cpu"
+        self.folder = Path(folder or cache_root()) / "cpu"
         self.max_bytes = cache_size("FUNCGRAD_CACHE_MAX_MB", 1024) << 20
         self._unchecked_bytes: int | None = None  # written since the folder was last trimmed (None: not yet)
 
@@ -603,7 +690,7 @@ class CPUDevice:
         compiled.cache_token = cached.cache_token
         return compiled
 
-    def _load_object(self, key: str, function_name: str) -> tuple[llvm.ExecutionEngine | None, int]:
+    def _load_object(self, key: str, function_name: str) -> tuple[Any, int]:
         """The disk cache's object code for ``key`` linked into an engine, or (None, 0)."""
         object_code = self.disk_cache.load(key)
         if object_code is None:
@@ -647,5 +734,5 @@ class CPUDevice:
     def _check_symbols(source: str) -> None:
         """Calls to functions the process cannot resolve would jump to address 0; refuse them."""
         for name in external_symbols(source):
-            if not llvm.address_of_symbol(name):
+            if not symbol_address(name):
                 raise RuntimeError(f"the math library function {name} is not available in this process")
