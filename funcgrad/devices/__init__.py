@@ -223,9 +223,18 @@ def _choose_default() -> str:
         return key
     candidates = [(entry.priority, name) for name, entry in _REGISTRY.items() if entry.priority > 0]
     for _, name in sorted(candidates, reverse=True):
-        if _probe(name)[0] and _REGISTRY[name].preferred():
+        if _prefers_itself(name) and _probe(name)[0]:
             return name
     return "CPU"
+
+
+def _prefers_itself(name: str) -> bool:
+    """``preferred()``, asked before the probe, which may load a whole runtime (OpenCL's loads PoCL
+    on a machine without a GPU); a failure is a no."""
+    try:
+        return bool(_REGISTRY[name].preferred())
+    except Exception:  # noqa: BLE001 - an unusable device is not the default
+        return False
 
 
 def _reference_device() -> Any:
