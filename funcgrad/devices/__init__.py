@@ -9,7 +9,7 @@ that returns ``(ok, reason)`` without raising: a missing package, no platform or
 reason, not a crash. Modules are imported only when a device is probed or used.
 
     name       module                        what it runs on
-    CPU        funcgrad.devices.cpu          LLVM IR compiled by llvmlite, in-process
+    CPU        funcgrad.devices.cpu          LLVM IR compiled by llvmlite (in a worker process)
     CL         funcgrad.devices.opencl       OpenCL C through pyopencl (PoCL, a GPU, ...)
     CUDA       funcgrad.devices.cuda         CUDA C (added by its own module)
     WEBGPU     funcgrad.devices.webgpu       WGSL through wgpu (added by its own module)

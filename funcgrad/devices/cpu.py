@@ -1,7 +1,13 @@
-"""The CPU device: kernels compiled to native code with LLVM (through llvmlite) and run in-process.
+"""The CPU device: kernels compiled to native code with LLVM (through llvmlite) and run in this process.
 
-    Kernel --render_llvm--> LLVM IR text --(memory cache | disk cache | parse, O3, emit object)-->
-    object code --MCJIT engine--> function address --ctypes--> CompiledKernel(inputs, outputs)
+    Kernel --render_llvm--> LLVM IR text --(memory cache | disk cache | LLVM: parse, O3, emit object)-->
+    object code --load--> function address --ctypes--> CompiledKernel(inputs, outputs)
+
+Where LLVM runs is ``FUNCGRAD_COMPILER``: ``worker`` (the default on x86-64 Linux) compiles in a
+compiler worker process and links the object code into this one with ``cpu_compiler.load_object``,
+so this process never loads LLVM (~100 MB resident); ``inprocess`` runs llvmlite here and links with
+MCJIT engines. Both emit the same object code and share the disk cache (``WorkerTarget``,
+``InProcessTarget``, ``host_target()``).
 
 Compiled code is cached in memory (per device, keyed by the IR text) and on disk under
 ``$FUNCGRAD_CACHE`` (default ``~/.cache/funcgrad``), keyed by a hash of the IR text, the host CPU
@@ -11,8 +17,8 @@ folder, fsync, ``os.replace``) and a corrupt or truncated entry is recompiled, n
 Both caches are bounded (docs/architecture.md, "Caches and their bounds"): the memory cache keeps the
 ``FUNCGRAD_KERNEL_CACHE_SIZE`` (default 4096) most recently used kernels, the disk cache deletes its
 least recently used files when the folder grows over ``FUNCGRAD_CACHE_MAX_MB`` (default 1024). A
-kernel's execution engine lives as long as a ``CompiledKernel`` uses its code (a cached plan keeps an
-evicted kernel working), and is freed under the LLVM lock (llvmlite is not thread-safe).
+kernel's code (loaded pages or an MCJIT engine) lives as long as a ``CompiledKernel`` uses it (a cached
+plan keeps an evicted kernel working), and is freed under the LLVM lock (llvmlite is not thread-safe).
 
 Large kernels are split along their outermost loop across a persistent thread pool (ctypes
 releases the GIL); small ones are called directly, because handing work to a thread costs tens of
@@ -195,6 +201,16 @@ class WorkerTarget(_Target):
             if self._description is None:
                 self._description = self._stored_description()
             return self._description
+
+    def describe_in_background(self) -> None:
+        """Read (or ask the worker for) the description on a thread of its own: a cold process then
+        starts the worker (~0.15 s) while it traces its first step."""
+        if self._description is None:
+            threading.Thread(target=self._describe_quietly, name="funcgrad-compiler-start", daemon=True).start()
+
+    def _describe_quietly(self) -> None:
+        with contextlib.suppress(Exception):  # the caller that needs it will see the error
+            self.description  # noqa: B018 - computed for its side effect
 
     def _stored_description(self) -> list[str]:
         path = host_description_path()
@@ -575,6 +591,7 @@ class CPUDevice:
     """
 
     name = "CPU"
+    row_reductions = True  # render_llvm computes a reduction fused into its row's pass once per row
 
     def __init__(self, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.disk_cache = DiskCache(cache_dir)
@@ -583,6 +600,9 @@ class CPUDevice:
         # whole plans beside the object code (funcgrad.lower.plan); FUNCGRAD_PLAN_CACHE=0 turns it off
         self.plan_cache = None if os.environ.get("FUNCGRAD_PLAN_CACHE") == "0" else \
             PlanDiskCache(self.disk_cache.folder.parent / "plans", self._plan_fingerprint)
+        target = host_target()
+        if isinstance(target, WorkerTarget):
+            target.describe_in_background()
 
     def render(self, kernel: Kernel) -> str:
         """The kernel's LLVM IR text (what ``compile`` compiles and what DEBUG=4 prints), with the
