@@ -304,9 +304,14 @@ class _Worker:
 
     def __init__(self, client: WorkerClient) -> None:
         command = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), os.path.abspath(__file__)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
-                                        close_fds=True)
+        try:
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+                                            close_fds=True)
+        except OSError as error:
+            raise RuntimeError(f"the compiler worker cannot be started ({error}); FUNCGRAD_COMPILER=inprocess "
+                               "runs LLVM in this process instead") from error
         self.pending: dict[int, Future[bytes]] = {}
+        self.send_lock = threading.Lock()  # one frame at a time; not the client's lock, which replies need
         self.client = client
         self.last_used = time.monotonic()
         self.closed = False
@@ -314,7 +319,8 @@ class _Worker:
 
     def send(self, number: int, kind: int, payload: bytes) -> None:
         assert self.process.stdin is not None
-        self.process.stdin.write(_FRAME.pack(number, kind, len(payload)) + payload)
+        with self.send_lock:
+            self.process.stdin.write(_FRAME.pack(number, kind, len(payload)) + payload)
 
     def _read_replies(self) -> None:
         assert self.process.stdout is not None
@@ -384,10 +390,11 @@ class WorkerClient:
                     self._watch_idle()
                 worker = self.worker
                 self.next_number += 1
-                worker.pending[self.next_number] = future
+                number = self.next_number
+                worker.pending[number] = future
                 worker.last_used = time.monotonic()
-                with contextlib.suppress(OSError):  # it died: its reply reader fails the future
-                    worker.send(self.next_number, kind, payload)
+            with contextlib.suppress(OSError, ValueError):  # it died (or was closed): its reply reader fails the future
+                worker.send(number, kind, payload)
             try:
                 return future.result()
             except WorkerDied as died:
@@ -459,12 +466,14 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="funcgrad-llvm") as pool:
         while (frame := _read_frame(requests)) is not None:
             number, kind, payload = frame
+            # replies are written by the pool, never here: this loop must keep reading, or a client
+            # blocked writing a request while its reply pipe is full would wait forever
             if kind == _DESCRIBE:
-                reply(number, True, json.dumps(compiler.description).encode())
+                pool.submit(reply, number, True, json.dumps(compiler.description).encode())
             elif kind == _COMPILE:
                 pool.submit(compile_one, number, payload)
             else:
-                reply(number, False, f"unknown request kind {kind}".encode())
+                pool.submit(reply, number, False, f"unknown request kind {kind}".encode())
 
 
 if __name__ == "__main__":
