@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 # option name -> (environment variable, what it does)
 OPTIONS: dict[str, tuple[str, str]] = {
@@ -21,25 +21,28 @@ OPTIONS: dict[str, tuple[str, str]] = {
 }
 
 
-def _raw_environment() -> dict[bytes, bytes] | None:
-    """The bytes dict behind ``os.environ`` on POSIX, which ``os.environ[...] = ...`` (and pytest's
-    monkeypatch) keep up to date; None where the layout differs (then ``os.environ`` is read)."""
+def _environment_getter() -> Callable[[bytes], bytes | None]:
+    """``get`` of the bytes dict behind ``os.environ`` on POSIX, which ``os.environ[...] = ...`` (and
+    pytest's monkeypatch) keep up to date; where the layout differs, a function that asks ``os.environ``."""
     data = getattr(os.environ, "_data", None)
     encode = getattr(os.environ, "encodekey", None)
-    if os.name != "posix" or not isinstance(data, dict) or encode is None or encode("DEBUG") != b"DEBUG":
-        return None
-    return data
+    if os.name == "posix" and isinstance(data, dict) and encode is not None and encode("DEBUG") == b"DEBUG":
+        return data.get
+
+    def get(name: bytes) -> bytes | None:
+        value = os.environ.get(os.fsdecode(name))
+        return None if value is None else os.fsencode(value)
+    return get
 
 
-_RAW_ENVIRONMENT = _raw_environment()
+environment_get = _environment_getter()
+"""``environment_get(b"DEBUG")``: the variable's value as bytes, or None; read on every call, in ~30 ns
+where ``os.environ.get`` takes ~700 ns (a jitted call checks three settings)."""
 
 
 def env_value(variable: str) -> str | None:
-    """``os.environ.get(variable)``, read on every call, in ~60 ns instead of ~700 ns (a jitted call
-    reads three settings)."""
-    if _RAW_ENVIRONMENT is None:
-        return os.environ.get(variable)
-    value = _RAW_ENVIRONMENT.get(variable.encode())
+    """``os.environ.get(variable)``, through ``environment_get``."""
+    value = environment_get(variable.encode())
     return None if value is None else os.fsdecode(value)
 
 

@@ -207,7 +207,9 @@ class Tensor(_Methods):
 
     def realize(self) -> Tensor:
         """Run the pending computation now (no-op if already computed); returns ``self``."""
-        self._concrete("realize()")
+        data = self._data
+        if type(data) is not LazyBuffer or data.array is None:  # computed already: nothing to do
+            self._concrete("realize()")
         return self
 
     def numpy(self) -> np.ndarray:

@@ -140,7 +140,7 @@ def _stack() -> list[IRBuilder]:
 
 def current_builder() -> IRBuilder | None:
     """The innermost running trace of this thread, or None when evaluating eagerly."""
-    stack = _stack()
+    stack: list[IRBuilder] | None = getattr(_state, "stack", None)  # asked on every operation: no _stack() call
     return stack[-1] if stack else None
 
 

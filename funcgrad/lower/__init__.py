@@ -44,17 +44,21 @@ def run_ir(ir: IR, args: Sequence[np.ndarray], device: Device | None = None) -> 
 _JIT_PLANS: LRUCache[tuple[int, int], tuple[IR, Plan]] = LRUCache(cache_size("FUNCGRAD_PLAN_CACHE_SIZE", 1024))
 
 
-def run_jit(ir: IR, args: Sequence[np.ndarray], device: Device | None = None) -> list[np.ndarray]:
-    """Run a jit call's (open) IR. jit keeps one IR object per signature, so its plan is found by
-    identity: no graph to build, no key to print."""
-    device = device or default_device()
+def jit_plan(ir: IR, device: Device) -> Plan:
+    """The compiled plan of a jit call's (open) IR on ``device``. jit keeps one IR object per signature,
+    so its plan is found by identity: no graph to build, no key to print."""
     entry = _JIT_PLANS.get((id(ir), id(device)))
     if entry is None:
         entry = _JIT_PLANS.put((id(ir), id(device)), (ir, compile_plan(ir, device)))
-    return entry[1].run(args)
+    return entry[1]
+
+
+def run_jit(ir: IR, args: Sequence[np.ndarray], device: Device | None = None) -> list[np.ndarray]:
+    """Run a jit call's (open) IR through its plan (``jit_plan``)."""
+    return jit_plan(ir, device or default_device()).run(args)
 
 
 __all__ = [
-    "Device", "Plan", "ReferenceDevice", "compile_plan", "default_device", "run_ir", "run_jit",
+    "Device", "Plan", "ReferenceDevice", "compile_plan", "default_device", "jit_plan", "run_ir", "run_jit",
     "set_default_device",
 ]

@@ -120,14 +120,46 @@ def _data_pointer_offset() -> int | None:
 
 
 _DATA_POINTER_OFFSET = _data_pointer_offset()
-_pointer_at = ctypes.c_void_p.from_address
 
 
-def data_address(array: np.ndarray) -> int:
-    """The address of ``array``'s first element: ~0.15 us, where ``__array_interface__`` takes ~1 us."""
-    if _DATA_POINTER_OFFSET is None:
-        return int(array.__array_interface__["data"][0])
-    return _pointer_at(id(array) + _DATA_POINTER_OFFSET).value or 0
+def _make_data_address() -> Callable[[np.ndarray], int | None]:
+    offset, pointer_at = _DATA_POINTER_OFFSET, ctypes.c_void_p.from_address
+    if offset is None:
+        return lambda array: int(array.__array_interface__["data"][0])
+
+    def data_address(array: np.ndarray) -> int | None:
+        """The address of ``array``'s first element (None for a null pointer): ~0.15 us, where
+        ``__array_interface__`` takes ~1 us."""
+        return pointer_at(id(array) + offset).value
+    return data_address
+
+
+data_address = _make_data_address()
+
+
+def _replay_kernel(function: Callable[..., None] | None, tail: tuple[int, ...], input_slots: list[int],
+                   output_specs: list[tuple[tuple[int, ...], np.dtype]], output_slots: list[int],
+                   ) -> Callable[[list[Any]], None]:
+    """One kernel step of the lean replay: allocate its outputs, launch it on raw addresses (outputs
+    first), store the outputs in their slots. ``function`` None: an empty kernel, nothing to launch."""
+    address, empty = data_address, np.empty
+    if len(output_specs) == 1:  # the usual kernel: one output, no list to build
+        ((shape, dtype),), (output_slot,) = output_specs, output_slots
+
+        def run_one_output(slots: list[Any]) -> None:
+            output = empty(shape, dtype)
+            if function is not None:
+                function(address(output), *map(address, map(slots.__getitem__, input_slots)), *tail)
+            slots[output_slot] = output
+        return run_one_output
+
+    def run(slots: list[Any]) -> None:
+        outputs = [empty(shape, dtype) for shape, dtype in output_specs]
+        if function is not None:
+            function(*map(address, outputs), *map(address, map(slots.__getitem__, input_slots)), *tail)
+        for i, output in zip(output_slots, outputs):
+            slots[i] = output
+    return run
 
 
 def _launcher(compiled: Any) -> tuple[Callable[..., None], tuple[int, ...]]:
@@ -150,7 +182,8 @@ class Plan:
         started = time.perf_counter()
         self.ir = inline_calls(ir)  # the outputs of calls are renamed when their bodies are inlined
         self.device = device
-        self.steps: list[Step] = schedule(self.ir) if restored is None else restored[0]
+        row_reductions = bool(getattr(device, "row_reductions", False))  # see schedule._materialized
+        self.steps: list[Step] = schedule(self.ir, row_reductions) if restored is None else restored[0]
         if restored is None:
             PHASE_SECONDS["schedule"] += time.perf_counter() - started
         kernel_steps = [step for step in self.steps if isinstance(step, KernelStep)]
@@ -170,39 +203,58 @@ class Plan:
             for kernel, done in zip(self.kernels, compiled):
                 print(getattr(done, "kernel", kernel), file=sys.stderr)
 
-    def _replay_steps(self) -> list[Any] | None:
-        """The lean replay's program: per step (host step or None, kernel function or None, its trailing
-        arguments, input slots, output (shape, dtype) pairs, output slots, slots to release after it); or
-        None when a compiled kernel has no raw ``launch`` (a device other than the CPU). A slot numbers a
-        value: the plan's consts and inputs first, then intermediates."""
+    def _replay_steps(self) -> Callable[[list[np.ndarray]], list[np.ndarray]] | None:
+        """The lean replay (see ``replay_arrays``), made once: one closure per step, reading and writing a
+        list of slots (the plan's consts and inputs first, then intermediates), or one closure for the
+        whole plan when it is a single kernel; None when a compiled kernel has no raw ``launch`` (a device
+        other than the CPU)."""
         slot_of: dict[int, int] = {}
         for var in (*self.ir.const_vars, *self.ir.in_vars):
             slot_of.setdefault(var.id, len(slot_of))
+        inputs = len(slot_of)
 
         def slot(var: Var) -> int:
             return slot_of.setdefault(var.id, len(slot_of))
 
-        program: list[Any] = []
+        steps: list[tuple[Callable[[list[Any]], None], list[int]]] = []
         for step, released in zip(self.steps, self.release_after):
-            if not isinstance(step, KernelStep):
+            if isinstance(step, KernelStep):
+                compiled = self.compiled[id(step)]
+                if getattr(compiled, "launch", None) is None or not hasattr(compiled, "size"):
+                    return None
+                function, tail = _launcher(compiled)
+                run = _replay_kernel(function if compiled.size else None, tail, [slot(v) for v in step.inputs],
+                                     [(v.aval.shape, v.aval.dtype) for v in step.outputs],
+                                     [slot(v) for v in step.outputs])
+            else:
                 for atom in step.eqn.inputs:
                     if isinstance(atom, Var):
                         slot(atom)
-                program.append((step, None, (), [], [], [slot(v) for v in step.eqn.outputs]))
-            else:
-                compiled = self.compiled[id(step)]
-                launch = getattr(compiled, "launch", None)
-                if launch is None or not hasattr(compiled, "size"):
-                    return None
-                function, tail = _launcher(compiled)
-                program.append((None, function if compiled.size else None, tail, [slot(v) for v in step.inputs],
-                                [(v.aval.shape, v.aval.dtype) for v in step.outputs],
-                                [slot(v) for v in step.outputs]))
-            program[-1] = (*program[-1], [slot_of[var_id] for var_id in released if var_id in slot_of])
-        self.replay_slots = slot_of
-        self.replay_outputs: list[int | Literal] = [atom if isinstance(atom, Literal) else slot_of[atom.id]
-                                                    for atom in self.ir.outputs]
-        return program
+                for var in step.eqn.outputs:
+                    slot(var)
+                run = functools.partial(self._replay_host, step, dict(slot_of))
+            steps.append((run, [slot_of[var_id] for var_id in released if var_id in slot_of]))
+        outputs: list[int | Literal] = [atom if isinstance(atom, Literal) else slot_of[atom.id]
+                                        for atom in self.ir.outputs]
+        padding: list[Any] = [None] * (len(slot_of) - inputs)
+        if len(steps) == 1 and not steps[0][1] and isinstance(self.steps[0], KernelStep) \
+                and outputs == [slot_of[v.id] for v in self.steps[0].outputs]:
+            only_step = steps[0][0]
+
+            def replay_one_kernel(arrays: list[np.ndarray]) -> list[np.ndarray]:
+                slots = arrays + padding
+                only_step(slots)
+                return slots[inputs:]
+            return replay_one_kernel
+
+        def replay(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            slots = arrays + padding
+            for run, released in steps:
+                run(slots)
+                for i in released:
+                    slots[i] = None
+            return [slots[o] if isinstance(o, int) else np.asarray(o.value) for o in outputs]
+        return replay
 
     def _replay(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None) -> list[np.ndarray]:
         """``run`` without per-kernel checks (DEBUG and NaN checks off): the plan's inputs are checked
@@ -218,33 +270,21 @@ class Plan:
 
     def replay_arrays(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Run the plan on ``arrays`` (its consts, then its inputs), which the caller vouches for: C-contiguous
-        ndarrays of the declared dtypes and sizes (jit's fast path knows them from the call's signature)."""
+        ndarrays of the declared dtypes and sizes (jit's fast path knows them from the call's signature and
+        calls ``replay`` itself). Outputs are fresh arrays, or the inputs an output passes through."""
         assert self.replay is not None
-        slots: list[Any] = arrays + [None] * (len(self.replay_slots) - len(arrays))
-        address = data_address
-        empty = np.empty
-        for host_step, function, tail, input_slots, output_specs, output_slots, released in self.replay:
-            if host_step is not None:
-                self._replay_host(host_step, slots)
-            else:
-                outputs = [empty(shape, dtype) for shape, dtype in output_specs]
-                if function is not None:
-                    function(*[address(a) for a in outputs], *[address(slots[i]) for i in input_slots], *tail)
-                for i, array in zip(output_slots, outputs):
-                    slots[i] = array
-            for i in released:
-                slots[i] = None
-        return [slots[o] if isinstance(o, int) else np.asarray(o.value) for o in self.replay_outputs]
+        return self.replay(arrays)
 
-    def _replay_host(self, step: HostStep, slots: list[Any]) -> None:
+    @staticmethod
+    def _replay_host(step: HostStep, slot_of: dict[int, int], slots: list[Any]) -> None:
         """One host step of the replay: its NumPy implementation, its outputs made C-contiguous in their dtype."""
-        env = {var_id: slots[i] for var_id, i in self.replay_slots.items() if slots[i] is not None}
+        env = {var_id: slots[i] for var_id, i in slot_of.items() if slots[i] is not None}
         _run_host(step, env)
         for var in step.eqn.outputs:
             value = env[var.id]
             if value.dtype != var.aval.dtype or not value.flags.c_contiguous:
                 value = np.ascontiguousarray(value, dtype=var.aval.dtype)
-            slots[self.replay_slots[var.id]] = value
+            slots[slot_of[var.id]] = value
 
     def kernel_infos(self) -> list[KernelInfo]:
         render = getattr(self.device, "render", str)

@@ -15,6 +15,12 @@ arguments stay shared. A Tensor whose value (``_data``) or ``.grad`` was replace
 *written back*: its final value is an extra output of the traced IR, stored into that same Tensor
 object on every call. A function that mutates nothing has no extra outputs.
 
+Fast path: a call on positional Tensors whose signature was traced before, outside any trace, with
+DEBUG and the NaN/inf checks off, skips the lazy graph: ``FastCall`` replays the signature's compiled
+plan at once on the arguments' arrays and wraps the results as computed Tensors (``Jitted.fast_calls``
+counts them). Anything it does not handle (tracers, another device, a stateful step, fresh random
+keys) takes the full path below, which gives the same values.
+
 Threads: the signature cache is an ``LRUCache`` (``FUNCGRAD_JIT_CACHE_SIZE`` signatures per function,
 default 256), and tracing holds one process-wide re-entrant lock (traces nest), because the swap
 above writes into the caller's objects; cached calls run concurrently.
@@ -30,14 +36,18 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from funcgrad import tree
+import numpy as np
+
+from funcgrad import config as _config
+from funcgrad import lazy, tree
 from funcgrad.autograd import recording_grad_writes
 from funcgrad.caches import LRUCache, cache_size
+from funcgrad.config import environment_get
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.higher_order import jit_p, open_ir
 from funcgrad.ir.simplify import simplify
-from funcgrad.ir.tracing import new_trace
+from funcgrad.ir.tracing import current_builder, new_trace
 from funcgrad.lazy import LazyBuffer, realize
 from funcgrad.tensor import Tensor, _atom_for, bind
 from funcgrad.trace import argument_names, as_output, leaf_aval
@@ -85,6 +95,104 @@ def fresh_consts(consts: list[Any], key_positions: tuple[int, ...]) -> list[Any]
     return consts
 
 
+_UNSET = (None, b"", b"0")
+
+
+def _settings_quiet() -> bool:
+    """DEBUG, debug_nans and debug_infs are all off: nothing to print or check per step (read per call,
+    as the full path does; a value other than unset, empty or 0 takes the full path, which parses it)."""
+    get = environment_get
+    return (get(b"DEBUG") in _UNSET and get(b"FUNCGRAD_DEBUG_NANS") in _UNSET and get(b"FUNCGRAD_DEBUG_INFS") in _UNSET
+            and True not in _config.config._set.values())
+
+
+class FastCall:
+    """The lean call of one traced signature (see the module docstring): its consts, its plan on
+    ``device`` (fetched on first use), its output avals and tree. ``__call__`` returns None when the
+    call must take the full path."""
+
+    __slots__ = ("ir", "consts", "device", "replay", "out_avals", "out_tree", "single")
+
+    def __init__(self, entry: Entry, device: str) -> None:
+        ir, out_tree, consts, _, _ = entry
+        self.ir = ir
+        self.consts: tuple[Tensor, ...] = tuple(consts)
+        self.device = device
+        self.replay: Any = None  # the plan's lean replay (fetched on the first call); False where it has none
+        self.out_avals = ir.out_avals
+        self.out_tree = out_tree
+        self.single = out_tree.node_type is None and out_tree.num_leaves == 1  # f returns one array
+
+    @staticmethod
+    def usable(entry: Entry) -> bool:
+        """Whether a signature can take the fast path at all: no write-back, no fresh keys, consts
+        that are computed Tensors (their values are read on every call, as the full path does)."""
+        _, _, consts, write_back, key_positions = entry
+        return write_back is None and not key_positions and \
+            all(type(c) is Tensor and isinstance(c._data, LazyBuffer) for c in consts)
+
+    def __call__(self, args: tuple[Tensor, ...]) -> Any:
+        if not lazy.USE_COMPILER or current_builder() is not None or not _settings_quiet():
+            return None
+        replay = self.replay
+        if replay is None:
+            replay = self._fetch_replay()
+        if replay is False:
+            return None
+        device = self.device
+        arrays = self._const_arrays() if self.consts else []
+        if arrays is None:
+            return None
+        committed = False
+        for tensor in args:
+            data = tensor._data
+            if type(data) is not LazyBuffer or data.device != device:
+                return None  # traced, or on another device: the full path places (or refuses) it
+            array = data.array if data.array is not None else _computed(data)
+            arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
+            committed = committed or data.committed
+        if _config.active:  # the checks were switched off since the last plan run: bind can stop recording
+            _config.nonfinite_checks()
+        outputs = replay(arrays)
+        if self.single:
+            array = outputs[0]
+            array.setflags(write=False)
+            return Tensor._wrap(LazyBuffer(self.out_avals[0], None, array, device, committed))
+        results = []
+        for array, aval in zip(outputs, self.out_avals):
+            array.setflags(write=False)
+            results.append(Tensor._wrap(LazyBuffer(aval, None, array, device, committed)))
+        return self.out_tree.unflatten(results)
+
+    def _fetch_replay(self) -> Any:
+        """The lean replay of the signature's compiled plan (``Plan.replay_arrays``), once; False where the
+        plan has none (a resident device)."""
+        from funcgrad.devices import get_device
+        from funcgrad.lower import jit_plan
+        replay = jit_plan(self.ir, get_device(self.device)).replay
+        self.replay = replay if replay is not None else False
+        return self.replay
+
+    def _const_arrays(self) -> list[np.ndarray] | None:
+        """The consts' current arrays (a const Tensor may have been given a new value since the trace, as
+        an optimiser step does); None when one is now of another type or elsewhere (the full path says so)."""
+        arrays = []
+        for tensor, aval in zip(self.consts, self.ir.in_avals):
+            data = tensor._data
+            if type(data) is not LazyBuffer or data.device != self.device or data.aval != aval:
+                return None
+            array = data.array if data.array is not None else _computed(data)
+            arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
+        return arrays
+
+
+def _computed(data: LazyBuffer) -> np.ndarray:
+    """The array of a pending argument, computed now (the full path computes pending arguments first too)."""
+    realize([data])
+    assert data.array is not None
+    return data.array
+
+
 class Jitted:
     """A jit-wrapped function. ``trace_count`` says how many times it traced; ``DEBUG=1`` prints why
     it retraced."""
@@ -99,6 +207,9 @@ class Jitted:
         self.trace_count = 0
         self._cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)
         self._simple_cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)  # keyed by argument types only
+        self._fast: dict[Any, FastCall | None] = {}  # the same keys: the fast path (a plain dict: no lock to read)
+        self._fast_lock = threading.Lock()
+        self.fast_calls = 0  # calls that took the fast path (for tests; not exact under threads)
         self._last_key: Any = None
         self._this_thread = threading.local()  # .just_traced: the entry this thread's call traced (fresh keys)
         LIVE_JITTED.add(self)
@@ -136,15 +247,44 @@ class Jitted:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # the common call, positional Tensors only: its signature is just their types
-        simple = not kwargs and not self.static_argnums and all(type(a) is Tensor for a in args)
+        simple = False
+        if not kwargs and not self.static_argnums:
+            key = tuple([(a._data.aval, a._weak) for a in args if type(a) is Tensor])
+            simple = len(key) == len(args)
         if simple:
-            entry = self._simple_cache.get(tuple((a._data.aval, a._weak) for a in args))
+            fast = self._fast.get(key)
+            if fast is not None:
+                outs = fast(args)
+                if outs is not None:
+                    self.fast_calls += 1
+                    return outs
+            entry = self._simple_cache.get(key)
             if entry is not None:
+                if key not in self._fast:
+                    self._remember_fast(key, entry, args)
                 return self._call(entry, list(args))
         entry, leaves, cached = self._trace(args, kwargs)
         if simple and cached:
-            self._simple_cache.put(tuple((a._data.aval, a._weak) for a in args), entry)
+            self._simple_cache.put(key, entry)
+            self._remember_fast(key, entry, args)
         return self._call(entry, [as_tensor(leaf) for leaf in leaves])
+
+    def _remember_fast(self, key: Any, entry: Entry, args: tuple[Tensor, ...]) -> None:
+        """Give a signature its ``FastCall`` (None where it cannot have one), placed on the device its
+        current arguments' call goes to; not yet while they are traced."""
+        fast: FastCall | None = None
+        if FastCall.usable(entry):
+            sources = [t._data for t in (*entry[2], *args)]
+            if not all(isinstance(data, LazyBuffer) for data in sources):
+                return
+            try:
+                fast = FastCall(entry, lazy.placement("jit", sources)[0])
+            except lazy.DeviceMismatchError:
+                return  # the full path raises it
+        with self._fast_lock:  # bounded like the signature cache: the oldest goes first
+            while len(self._fast) >= self._simple_cache.max_entries:
+                del self._fast[next(iter(self._fast))]
+            self._fast[key] = fast
 
     def _call(self, entry: Entry, leaves: list[Tensor]) -> Any:
         ir, out_tree, consts, write_back, key_positions = entry
