@@ -439,7 +439,7 @@ class WorkerClient:
             for stream in (worker.process.stdin, worker.process.stdout):
                 with contextlib.suppress(OSError):
                     if stream is not None:
-                        os.close(stream.fileno())
+                        stream.close()  # unbuffered: closes our copy of the descriptor, writes nothing
             worker.pending = {}
             worker.process.returncode = 0  # never wait for another process's child
 
