@@ -630,9 +630,25 @@ def render_llvm(kernel: Kernel) -> str:
         return _module(kernel, builder)
 
     order = choices.loop_order(len(global_vars))
-    for depth in order:
+    # a reduction runs inside only the output loops its expression reads: the loops after them are
+    # opened after it, so a row statistic fused into its row's elementwise pass (softmax's sum, see
+    # schedule.py) is computed once per row, not once per element
+    outer = len(order)
+    if kernel.reduce_expr is not None:
+        read = loop_variables(kernel.reduce_expr)
+        outer = max((position + 1 for position, depth in enumerate(order) if global_vars[depth] in read), default=0)
+        if all(kernel.shape[depth] == 1 for depth in order[outer:]):
+            outer = len(order)  # nothing to gain (and the source of a keepdims reduction stays as it was)
+    reused = _row_reuse(kernel, [global_vars[depth] for depth in order[outer:]])
+    if reused is not None:  # the reduction's terms, kept in a stack row for the row's outputs
+        builder.emit(f"%row.addr = alloca [{kernel.reduce_shape[0]} x {value_type(reused.dtype)}]")
+
+    def open_global(depth: int) -> None:
         builder.open_loop(global_vars[depth], "%start" if depth == 0 else "0",
                           "%end" if depth == 0 else str(kernel.shape[depth]))
+
+    for depth in order[:outer]:
+        open_global(depth)
 
     if kernel.reduce_expr is not None and acc_dtype is not None and acc_compute is not None:
         empty = int(np.prod(kernel.reduce_shape)) == 0
@@ -647,6 +663,9 @@ def render_llvm(kernel: Kernel) -> str:
                 builder.emit(f"store {acc_type} {identity}, ptr %part.addr")
             builder.open_loop(name, "0", str(size))
         value = builder.value(kernel.reduce_expr)
+        if reused is not None:
+            builder.emit(_row_slot_line("%row.slot", kernel.reduce_shape[0], reused.dtype, reduce_vars[0])
+                         + f"\nstore {value_type(reused.dtype)} {value}, ptr %row.slot")
         if op_class(acc_dtype) == "h":
             value = builder.extend_to_float(value, acc_dtype)
         old = builder.instantiate("{out} = load {t}, ptr " + into, t=acc_type)
@@ -666,11 +685,83 @@ def render_llvm(kernel: Kernel) -> str:
         final = builder.instantiate("{out} = load {t}, ptr %acc.addr", t=value_type(acc_compute))
         builder.acc_value = builder.narrow_from_float(final, acc_dtype) if op_class(acc_dtype) == "h" else final
 
+    for depth in order[outer:]:
+        open_global(depth)
+    if reused is not None:
+        column = global_vars[order[-1]]
+        builder.emit(_row_slot_line("%row.read", kernel.reduce_shape[0], reused.dtype, column))
+        builder.cache[reused] = builder.instantiate("{out} = load {t}, ptr %row.read", t=value_type(reused.dtype))
     _store_outputs(builder, kernel, global_vars)
     for position in reversed(range(len(order))):
-        innermost = position == len(order) - 1 and not reduce_vars
+        innermost = position == len(order) - 1 and (not reduce_vars or outer < len(order))
         builder.close_loop(global_vars[order[position]], hints=choices.inner_hints() if innermost else ())
     return _module(kernel, builder)
+
+
+def _row_reuse(kernel: Kernel, after: list[str]) -> KExpr | None:
+    """The reduction's term as the outputs read it, when a per-row reduction (``after``: the output
+    loops opened after it) is one loop over the same extent as the one output loop after it, its term
+    is costly (exp, log, ...), and an output recomputes that term at the output loop's index: softmax's
+    ``exp(x - max)``, summed and then divided by the sum. The renderer keeps the row's terms in a stack
+    row and the outputs load them instead of computing them twice (the same values, bit for bit)."""
+    if kernel.reduce_expr is None or len(after) != 1 or len(kernel.reduce_shape) != 1:
+        return None
+    extent = kernel.reduce_shape[0]
+    if not 0 < extent <= MAX_ROW or kernel.shape[int(after[0][1:])] != extent \
+            or op_class(kernel.reduce_expr.dtype) != "f":
+        return None
+    term = _rename(kernel.reduce_expr, "r0", var(after[0]), {})
+    found: set[KExpr] = set()
+    stack = list(kernel.outputs)
+    while stack:
+        node = stack.pop()
+        if node == term:
+            return term if _costly(term, {}) else None
+        if node not in found:
+            found.add(node)
+            stack.extend(node.args)
+    return None
+
+
+def _row_slot_line(name: str, extent: int, dtype: np.dtype, index: str) -> str:
+    return f"{name} = getelementptr inbounds [{extent} x {value_type(dtype)}], ptr %row.addr, i64 0, i64 %{index}"
+
+
+def _rename(e: KExpr, name: str, replacement: KExpr, memo: dict[KExpr, KExpr]) -> KExpr:
+    if e not in memo:
+        if e.op == "var" and e.arg == name:
+            memo[e] = replacement
+        else:
+            args = tuple(_rename(a, name, replacement, memo) for a in e.args)
+            memo[e] = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+    return memo[e]
+
+
+COSTLY = {"exp", "log", "exp2", "log2", "expm1", "log1p", "tanh", "logistic", "erf", "pow", "sin", "cos", "div",
+          "sqrt", "rsqrt", "atan2"}
+
+
+def _costly(e: KExpr, memo: dict[KExpr, bool]) -> bool:
+    """Does ``e`` compute anything dearer than a load from L1 (a transcendental function, a divide)?"""
+    if e not in memo:
+        memo[e] = e.op in COSTLY or any(_costly(a, memo) for a in e.args)
+    return memo[e]
+
+
+def loop_variables(e: KExpr) -> set[str]:
+    """The names of the loop variables ``e`` reads."""
+    found: set[str] = set()
+    seen: set[KExpr] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "var":
+            found.add(node.arg)
+        stack.extend(node.args)
+    return found
 
 
 def _store_outputs(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[str], mid: str | None = None,

@@ -131,8 +131,11 @@ def _float_sum(kernel: Kernel) -> bool:
 
 
 def _tileable(kernel: Kernel) -> bool:
-    return _float_sum(kernel) and (_vectorisable(kernel.reduce_expr, f"g{len(kernel.shape) - 1}", {})
-                                   or _packable(kernel))
+    # a sum that does not move with the columns is one value per row (a row statistic fused into its
+    # row's pass, see schedule.py): render_llvm computes it once per row, the tile would per column
+    column = f"g{len(kernel.shape) - 1}"
+    return _float_sum(kernel) and kernel.reduce_expr is not None and _depends(kernel.reduce_expr, column, {}) and (
+        _vectorisable(kernel.reduce_expr, column, {}) or _packable(kernel))
 
 
 def _split_product(e: KExpr, column: str, row: str) -> tuple[KExpr, KExpr] | None:

@@ -113,9 +113,11 @@ def inline_calls(ir: IR) -> IR:
 
 # --- deciding what is stored --------------------------------------------------------------------
 
-def _materialized(ir: IR, keep: frozenset[int] = frozenset()) -> set[int]:
+def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bool = False) -> set[int]:
     """Ids of the vars that are stored in memory (besides inputs and consts); ``keep`` are stored
-    whatever their consumers (layouts a lowering pass chose, e.g. ``conv.py``'s)."""
+    whatever their consumers (layouts a lowering pass chose, e.g. ``conv.py``'s). With
+    ``row_reductions``, a reduction over trailing axes broadcast back over its own input's shape is
+    computed inside the one elementwise kernel that reads it (see ``row_broadcast``)."""
     producer: dict[int, Eqn] = {v.id: e for e in ir.eqns for v in e.outputs}
     consumers: dict[int, list[Eqn]] = {}
     for eqn in ir.eqns:
@@ -183,31 +185,78 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset()) -> set[int]:
     def users_of(var_id: int) -> list[Eqn]:
         return list({id(e): e for e in consumers.get(var_id, [])}.values())
 
-    changed = True
-    while changed:  # storing a value can change what later values carry: repeat until stable
+    def row_broadcast(consumer: Eqn, operand: Var, reduction: int) -> bool:
+        """Does broadcast ``consumer`` spread a per-row value of trailing-axes reduction ``reduction``
+        back over the reduction's input shape (softmax's sum, layernorm's variance)? Then the
+        consumer's kernel can compute the reduction once per row (render_llvm opens the trailing
+        output loops after it) instead of storing it and reading it back."""
+        if consumer.primitive.name != "broadcast_in_dim":
+            return False
+        eqn = producer[reduction]
+        source = eqn.inputs[0].aval.shape
+        axes = tuple(sorted(eqn.param_dict.get("axes", ())))
+        kept = len(source) - len(axes)
+        if eqn.primitive is P.dot_general_p or not axes or axes != tuple(range(kept, len(source))):
+            return False
+        if consumer.outputs[0].aval.shape != source:
+            return False
+        dims = consumer.param_dict["broadcast_dimensions"]
+        return all(size == 1 or dim < kept for size, dim in zip(operand.aval.shape, dims))
+
+    def one_round() -> bool:
+        """Follow every unstored reduction to its kernel's root; store what cannot share a kernel.
+        True when something was stored (what later values carry may then change)."""
         changed = False
         pending_reduce: dict[int, int] = {}  # var id -> the unstored reduction its kernel would hold
+        row_source: dict[int, int] = {}  # var id -> the per-row value it carries was broadcast from
         for eqn in ir.eqns:
             if kind_of(eqn) == "host":
                 continue
             for out in eqn.outputs:
+                source = None
                 if kind_of(eqn) == "reduce":
                     carried = [out.id]
                 else:
-                    carried = sorted({pending_reduce[a.id] for a in eqn.inputs if isinstance(a, Var)
-                                      and a.id in pending_reduce and identity_edge(eqn, a)})
+                    edges = [(pending_reduce[a.id], row_source.get(a.id)) for a in eqn.inputs if isinstance(a, Var)
+                             and a.id in pending_reduce and identity_edge(eqn, a)
+                             and (a.id not in row_source or kind_of(eqn) == "elementwise")]
+                    if row_reductions:
+                        edges += [(pending_reduce[a.id], a.id) for a in eqn.inputs if isinstance(a, Var)
+                                  and a.id in pending_reduce and a.id not in row_source
+                                  and row_broadcast(eqn, a, pending_reduce[a.id])]
+                    carried = sorted({reduction for reduction, _ in edges})
                     if len(carried) > 1:  # two reductions cannot share one kernel: store all but one
+                        rows = {reduction: via for reduction, via in edges if via is not None}
+                        if any(reduction in rows for reduction in carried):  # keep one, store the others' sources
+                            stored.update(rows.get(reduction, reduction) for reduction in carried[1:])
+                            return True
                         stored.update(carried[1:])
                         changed = True
+                    source = next((via for reduction, via in edges if carried and reduction == carried[0]
+                                   and via is not None), None)
                 if out.id in stored or not carried:
                     continue  # a stored value is a kernel root: its reduction ends there
-                pending_reduce[out.id] = carried[0]
                 users = users_of(out.id)
+                if source is not None:
+                    # a per-row value goes on only through same-shape elementwise ops into one consumer;
+                    # anything else (read twice, reshaped, reduced again) stores what was broadcast
+                    if len(users) > 1 or any(kind_of(user) != "elementwise" or not identity_edge(user, out)
+                                             for user in users):
+                        stored.add(source)
+                        return True
+                    pending_reduce[out.id], row_source[out.id] = carried[0], source
+                    continue
+                pending_reduce[out.id] = carried[0]
                 # read twice, through a broadcast/slice/pad, by a reduction or a host op: store it
-                if len(users) > 1 or any(not identity_edge(user, out) for user in users):
+                if len(users) > 1 or any(not identity_edge(user, out) and not
+                                         (row_reductions and row_broadcast(user, out, carried[0])) for user in users):
                     stored.add(out.id)
                     del pending_reduce[out.id]
                     changed = True
+        return changed
+
+    while one_round():  # storing a value can change what later values carry: repeat until stable
+        pass
     return stored
 
 
@@ -427,11 +476,13 @@ LOWERINGS: dict[str, Callable[[_KernelBuilder, Eqn, list[K.KExpr]], K.KExpr]] = 
 _names = itertools.count()
 
 
-def schedule(ir: IR) -> list[Step]:
-    """The ordered kernels and host steps computing ``ir`` (after inlining calls and lowering convolutions)."""
+def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
+    """The ordered kernels and host steps computing ``ir`` (after inlining calls and lowering convolutions).
+    ``row_reductions``: fuse a trailing-axes reduction into the elementwise pass that broadcasts it back
+    (for devices whose renderer computes it once per row: the CPU's; see ``_materialized``)."""
     ir, keep = lower_convolutions(inline_calls(ir))
     producer = {v.id: e for e in ir.eqns for v in e.outputs}
-    stored = _materialized(ir, keep)
+    stored = _materialized(ir, keep, row_reductions)
     steps: list[Step] = []
     for eqn in ir.eqns:
         if kind_of(eqn) == "host":

@@ -108,17 +108,19 @@ def reproducible_environment() -> Iterator[None]:
         os.environ.update({name: value for name, value in saved.items() if value is not None})
 
 
-_STEPS: dict[str, list[Step]] = {}
+_STEPS: dict[tuple[str, bool], list[Step]] = {}
+ROW_REDUCTIONS = {"CPU": True}  # devices whose plans fuse row reductions into their rows' passes (CPUDevice)
 
 
-def program_steps(name: str) -> list[Step]:
-    """The scheduled steps of corpus program ``name`` (traced once per process)."""
-    if name not in _STEPS:
+def program_steps(name: str, row_reductions: bool = False) -> list[Step]:
+    """The scheduled steps of corpus program ``name`` (traced once per process), as a plan on a device
+    with (or without) ``row_reductions`` schedules them."""
+    if (name, row_reductions) not in _STEPS:
         entry = PROGRAMS[name]
         with reproducible_environment():
             ir = fg.jit(entry.fn).lower(*entry.make_args()).ir
-            _STEPS[name] = schedule(inline_calls(ir))
-    return _STEPS[name]
+            _STEPS[name, row_reductions] = schedule(inline_calls(ir), row_reductions)
+    return _STEPS[name, row_reductions]
 
 
 def step_label(step: Step) -> str:
@@ -131,7 +133,7 @@ def step_label(step: Step) -> str:
 def render_recording(name: str, device: str) -> str:
     """The recording text of program ``name`` on ``device``."""
     renderer = RENDERERS[device]
-    steps = program_steps(name)
+    steps = program_steps(name, ROW_REDUCTIONS.get(device, False))
     kernels = [step.kernel for step in steps if isinstance(step, KernelStep)]
     lines = [f"# kernel replay: program {name} on {device}, {renderer.language}",
              f"# {len(kernels)} kernels, {len(steps) - len(kernels)} host steps; regenerate with {UPDATE_HINT}",
