@@ -95,7 +95,7 @@ def test_the_reduction_runs_before_the_output_loop_and_softmax_keeps_its_exps_in
     assert "%row.addr" not in render_llvm(fused_layernorm)  # (x - mean) is cheaper to recompute than to keep
 
 
-PROGRAMS = [
+PROGRAMS: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
     (softmax, (X,)), (layernorm, (X, W, B)), (log_softmax, (X,)),
     (lambda x: softmax(x.reshape(4, 6, 40)), (X,)),
     (lambda x: softmax(x.astype("float16")).astype("float32"), (X,)),
