@@ -53,7 +53,7 @@ def dtype_class(dtype: np.dtype) -> str:
     return {"i": "s", "u": "u", "f": "f"}[dtype.kind]
 
 
-OPT_ACTIONS = ("swap", "reorder", "upcast", "tile", "pad", "unroll", "vectorize", "thread", "split")
+OPT_ACTIONS = ("swap", "reorder", "upcast", "tile", "pad", "unroll", "vectorize", "thread", "split", "transpose")
 
 
 @attrs.frozen

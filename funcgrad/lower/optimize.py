@@ -75,6 +75,12 @@ def _tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     return tuple(chosen) if isinstance(chosen, tuple) else None
 
 
+def _transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
+    """The blocked transpose's opts (``funcgrad.lower.render_transpose``) when it takes this kernel."""
+    from funcgrad.lower.render_transpose import transpose_opts
+    return transpose_opts(kernel)
+
+
 def _threads(kernel: Kernel) -> int:
     from funcgrad.devices.cpu import heuristic_threads
     return heuristic_threads(kernel)
@@ -100,6 +106,9 @@ def heuristic_opts(kernel: Kernel, tile: bool = True) -> tuple[Opt, ...]:
             opts.append(Opt("upcast", len(kernel.shape) - 2, ROW_BLOCK))
         if kernel.shape[-1] < SHORT_ROW and kernel.shape[-1] % 16 != 0:
             opts.append(Opt("vectorize", 0, 0))
+    transposed = _transpose_opts(kernel) if tile and acc_dtype is None else None
+    if transposed is not None:
+        return (*transposed, Opt("thread", 0, threads)) if threads > 1 else transposed
     if "reorder" not in {opt.action for opt in opts}:
         opts += _innermost_swap(kernel)
         if kernel.reduce_op in ("max", "min") and acc_dtype is not None and dtype_class(acc_dtype) == "f" \
@@ -164,6 +173,14 @@ def check_opts(kernel: Kernel, opts: Sequence[Opt]) -> None:
         raise ValueError(f"kernel {kernel.name}: opts must be a tuple of Opt, got {opts!r}")
     if any(opt.action in ("tile", "pad") for opt in opts):
         _check_tile(kernel, opts, fail)
+        return
+    if any(opt.action == "transpose" for opt in opts):
+        from funcgrad.lower.render_transpose import check_transpose_opts
+        check_transpose_opts(kernel, opts)
+        for opt in opts:
+            outer = kernel.shape[0] if kernel.shape else 1
+            if opt.action == "thread" and (opt.axis != 0 or not 1 <= opt.amount <= max(1, outer)):
+                fail(opt, f"thread(0, n) splits axis 0 into n = 1..{max(1, outer)} chunks")
         return
     seen: set[tuple[str, int]] = set()
     for opt in opts:
@@ -310,8 +327,13 @@ def neighbours(kernel: Kernel, opts: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
     1/2/4, swap of the innermost output axis with another (or none), unroll 1/2/4/8 of the
     innermost reduction loop, vectorize widths, thread 1/n. The split (precision) is never
     dropped. A register tile's neighbours are the other tile shapes and reduction blocks of
-    ``render_tile.tile_candidates`` (with the same thread choice)."""
+    ``render_tile.tile_candidates`` (with the same thread choice); a blocked transpose's, the plain
+    loops."""
     from funcgrad.devices.cpu import thread_count
+    if any(opt.action == "transpose" for opt in opts):  # the blocked transpose, or the plain loops
+        plain = tuple(opt for opt in heuristic_opts(kernel, tile=False) if opt.action != "thread")
+        thread_opts = tuple(opt for opt in opts if opt.action == "thread")
+        return [canonical((*plain, *thread_opts))]
     if any(opt.action in ("tile", "pad") for opt in opts):
         from funcgrad.lower.render_tile import tile_candidates
         thread_opts = tuple(opt for opt in opts if opt.action == "thread")

@@ -612,6 +612,11 @@ def render_llvm(kernel: Kernel) -> str:
         builder = _FunctionBuilder()
         render_tile(builder, kernel)
         return _module(kernel, builder)
+    if any(opt.action == "transpose" for opt in kernel.opts):  # 16 x 16 blocks (render_transpose.py)
+        from funcgrad.lower.render_transpose import render_transpose
+        builder = _FunctionBuilder()
+        render_transpose(builder, kernel)
+        return _module(kernel, builder)
     choices = LoopChoices.from_opts(kernel.opts)
     builder = _FunctionBuilder()
     global_vars = [f"g{i}" for i in range(len(kernel.shape))]

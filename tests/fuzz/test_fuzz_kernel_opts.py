@@ -28,6 +28,7 @@ from funcgrad.devices import cpu
 from funcgrad.lower.kernel import Kernel, Opt, dtype_class, evaluate_kernel
 from funcgrad.lower.optimize import canonical, check_opts
 from funcgrad.lower.render_llvm import MAX_ROW, accumulator_dtype, llvm_function_name, partial_sum_split, render_llvm
+from funcgrad.lower.render_transpose import _transposed_loads
 from funcgrad.lower.schedule import KernelStep, schedule
 
 EXAMPLES = int(os.environ.get("FUNCGRAD_FUZZ_EXAMPLES", "20"))
@@ -58,7 +59,11 @@ def programs(draw: st.DrawFn) -> tuple[str, Callable[..., Any], list[np.ndarray]
     def dim(low: int, high: int) -> int:
         return draw(st.integers(low, high))
 
-    kind = draw(st.sampled_from(["matmul", "batched", "reduce", "long sum", "elementwise", "softmax"]))
+    kind = draw(st.sampled_from(["matmul", "batched", "reduce", "long sum", "elementwise", "softmax", "transposed"]))
+    if kind == "transposed":  # a channels-last array read in NCHW order beside an NCHW one (render_transpose)
+        n, p, c = dim(1, 3), dim(1, 40), dim(1, 40)
+        return kind, lambda x, y, b: fnp.maximum(fnp.transpose(x, (0, 2, 1)) + b[:, None], 0.0) * y, \
+            [array(n, p, c), array(n, c, p), array(c)]
     if kind == "matmul":
         m, k, n = dim(2, 40), dim(1, 70), dim(1, 90)
         return kind, lambda x, y, b: fnp.maximum(x @ y + b, 0.0), [array(m, k), array(k, n), array(n)]
@@ -97,6 +102,12 @@ def random_opts(draw: st.DrawFn, kernel: Kernel) -> tuple[Opt, ...]:
             if rows > 1:
                 opts.append(Opt("upcast", len(kernel.shape) - 2, rows))
     rank = len(kernel.shape)
+    transposable = [axis for axis in range(1, rank - 1) if not reduces and _transposed_loads(kernel, axis)]
+    if transposable and draw(st.booleans()):  # the blocked transpose takes no other loop actions
+        opts.append(Opt("transpose", draw(st.sampled_from(transposable)), 16))
+        if kernel.shape[0] > 1 and draw(st.booleans()):
+            opts.append(Opt("thread", 0, draw(st.integers(1, min(4, kernel.shape[0])))))
+        return canonical(opts)
     if "reorder" not in {opt.action for opt in opts} and rank >= 3 and draw(st.booleans()):
         first, second = draw(st.lists(st.integers(1, rank - 1), min_size=2, max_size=2, unique=True))
         opts.append(Opt("swap", first, second))
