@@ -35,15 +35,18 @@ USE_COMPILER = True  # False: evaluate with the reference interpreter (the test 
 
 
 class LazyOp:
-    """One pending primitive application; its outputs are held weakly to let them die."""
+    """One pending primitive application; its outputs are held weakly to let them die (their avals,
+    found when the op was applied, stay: realize does not evaluate the rule again)."""
 
-    __slots__ = ("primitive", "params", "sources", "outputs")
+    __slots__ = ("primitive", "params", "sources", "outputs", "out_avals")
 
-    def __init__(self, primitive: Primitive, params: dict[str, Any], sources: Sequence[LazyBuffer]) -> None:
+    def __init__(self, primitive: Primitive, params: dict[str, Any], sources: Sequence[LazyBuffer],
+                 out_avals: Sequence[ShapedArray]) -> None:
         self.primitive = primitive
         self.params = params
         self.sources = tuple(sources)
         self.outputs: list[weakref.ref[LazyBuffer]] = []
+        self.out_avals = tuple(out_avals)
 
 
 class LazyBuffer:
@@ -68,7 +71,7 @@ class LazyBuffer:
     def pending(primitive: Primitive, params: dict[str, Any], sources: Sequence[LazyBuffer],
                 out_avals: Sequence[ShapedArray]) -> list[LazyBuffer]:
         device, committed = placement(primitive.name, sources)
-        op = LazyOp(primitive, params, sources)
+        op = LazyOp(primitive, params, sources, out_avals)
         outputs = [LazyBuffer(aval, op=op, device=device, committed=committed) for aval in out_avals]
         op.outputs = [weakref.ref(b) for b in outputs]
         return outputs
@@ -131,8 +134,7 @@ def graph_to_ir(targets: Sequence[LazyBuffer]) -> tuple[IR, list[LazyBuffer]]:
     keep_alive = []  # output buffers of ops must outlive the id()s we key them by
     for op in ops:
         ins = [var_for(s) for s in op.sources]
-        avals = op.primitive.abstract_eval(*(v.aval for v in ins), **op.params)
-        outs = [Var(aval) for aval in (avals if op.primitive.multiple_results else (avals,))]
+        outs = [Var(aval) for aval in op.out_avals]
         for ref, var in zip(op.outputs, outs):
             buffer = ref()  # None when no Tensor holds this output any more
             if buffer is not None:

@@ -40,7 +40,10 @@ class ShapedArray:
         return int(np.prod(self.shape, dtype=np.int64))
 
     def short_str(self) -> str:
-        return f"{_DTYPE_SHORT.get(self.dtype.name, self.dtype.name)}[{','.join(map(str, self.shape))}]"
+        short = _SHORT_NAME.get(self.dtype)
+        if short is None:  # dtype.name is computed by NumPy in Python (~1 us): look it up once per dtype
+            short = _SHORT_NAME.setdefault(self.dtype, _DTYPE_SHORT.get(self.dtype.name, self.dtype.name))
+        return f"{short}[{','.join(map(str, self.shape))}]"
 
     def __str__(self) -> str:
         return self.short_str()
@@ -49,6 +52,8 @@ class ShapedArray:
 _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int8": "i8",
                 "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
                 "uint32": "u32", "uint64": "u64", "bool": "bool"}
+
+_SHORT_NAME: dict[np.dtype, str] = {}  # short_str's names by dtype
 
 _var_ids = itertools.count()
 
