@@ -19,7 +19,8 @@ Fast path: a call on positional Tensors whose signature was traced before, outsi
 DEBUG and the NaN/inf checks off, skips the lazy graph: ``FastCall`` replays the signature's compiled
 plan at once on the arguments' arrays and wraps the results as computed Tensors (``Jitted.fast_calls``
 counts them). Anything it does not handle (tracers, another device, a stateful step, fresh random
-keys) takes the full path below, which gives the same values.
+keys, an argument or const with ``requires_grad``, whose lazy result ``backward()`` must be able to
+follow) takes the full path below, which gives the same values.
 
 Threads: the signature cache is an ``LRUCache`` (``FUNCGRAD_JIT_CACHE_SIZE`` signatures per function,
 default 256), and tracing holds one process-wide re-entrant lock (traces nest), because the swap
@@ -146,8 +147,8 @@ class FastCall:
         committed = False
         for tensor in args:
             data = tensor._data
-            if type(data) is not LazyBuffer or data.device != device:
-                return None  # traced, or on another device: the full path places (or refuses) it
+            if type(data) is not LazyBuffer or data.device != device or tensor._requires_grad:
+                return None  # traced, on another device, or wanting a lazy graph for backward(): the full path
             array = data.array if data.array is not None else _computed(data)
             arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
             committed = committed or data.committed
@@ -175,11 +176,12 @@ class FastCall:
 
     def _const_arrays(self) -> list[np.ndarray] | None:
         """The consts' current arrays (a const Tensor may have been given a new value since the trace, as
-        an optimiser step does); None when one is now of another type or elsewhere (the full path says so)."""
+        an optimiser step does); None when one is now of another type or elsewhere (the full path says so),
+        or requires a gradient (the full path's lazy result lets ``backward()`` reach it)."""
         arrays = []
         for tensor, aval in zip(self.consts, self.ir.in_avals):
             data = tensor._data
-            if type(data) is not LazyBuffer or data.device != self.device or data.aval != aval:
+            if type(data) is not LazyBuffer or data.device != self.device or data.aval != aval or tensor._requires_grad:
                 return None
             array = data.array if data.array is not None else _computed(data)
             arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
