@@ -240,6 +240,14 @@ def test_random_keys_and_stateful_steps_keep_the_full_path():
 
 
 @needs_replay
+def test_a_function_of_no_arrays_follows_the_default_device():
+    f = fg.jit(lambda: fnp.arange(3) * 2)
+    for _ in range(3):
+        np.testing.assert_array_equal(f().numpy(), [0, 2, 4])
+    assert f.fast_calls == 0 and f.trace_count == 1
+
+
+@needs_replay
 def test_arguments_committed_to_another_device_take_the_full_path():
     f = fg.jit(lambda x, y: x + y)
     x = Tensor(np.ones(2, np.float32))

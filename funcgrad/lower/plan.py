@@ -249,7 +249,12 @@ class Plan:
                 output = empty(shape, dtype)
                 function(address(output), *map(address, map(arrays.__getitem__, input_slots)), *tail)
                 return [output]
-            return replay_one_kernel
+
+            def replay_one_kernel_in_order(arrays: list[np.ndarray]) -> list[np.ndarray]:
+                output = empty(shape, dtype)
+                function(address(output), *map(address, arrays), *tail)
+                return [output]
+            return replay_one_kernel_in_order if input_slots == list(range(inputs)) else replay_one_kernel
 
         def replay(arrays: list[np.ndarray]) -> list[np.ndarray]:
             slots = arrays + padding

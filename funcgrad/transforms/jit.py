@@ -251,7 +251,8 @@ class Jitted:
         # the common call, positional Tensors only: its signature is just their types
         simple = False
         if not kwargs and not self.static_argnums:
-            key = tuple([(a._data.aval, a._weak) for a in args if type(a) is Tensor])
+            # (shape, dtype) rather than the aval: hashed in C, not by attrs' generated __hash__
+            key = tuple([(a._data.aval.shape, a._data.aval.dtype, a._weak) for a in args if type(a) is Tensor])
             simple = len(key) == len(args)
         if simple:
             fast = self._fast.get(key)
@@ -279,8 +280,8 @@ class Jitted:
             sources = [t._data for t in (*entry[2], *args)]
             if not all(isinstance(data, LazyBuffer) for data in sources):
                 return
-            try:
-                fast = FastCall(entry, lazy.placement("jit", sources)[0])
+            try:  # (without sources, each call goes to the default device of the day: the full path)
+                fast = FastCall(entry, lazy.placement("jit", sources)[0]) if sources else None
             except lazy.DeviceMismatchError:
                 return  # the full path raises it
         with self._fast_lock:  # bounded like the signature cache: the oldest goes first
