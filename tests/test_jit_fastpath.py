@@ -104,6 +104,16 @@ def test_plans_with_host_steps_and_several_kernels_replay():
 
 
 @needs_replay
+def test_a_large_kernel_split_across_threads_replays():
+    f = fg.jit(lambda x: fnp.tanh(x) * 2 + x.sum())
+    x_np = np.linspace(-3, 3, 1 << 18, dtype=np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(f(Tensor(x_np)).numpy(), np.tanh(x_np) * 2 + x_np.astype(np.float64).sum(),
+                                   rtol=1e-5, atol=2e-2)
+    assert f.fast_calls == 1
+
+
+@needs_replay
 def test_pending_arguments_are_computed_first_and_non_contiguous_ones_copied():
     f = fg.jit(lambda x: x * 10)
     x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
