@@ -102,6 +102,7 @@ PROGRAMS: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
     (lambda x: softmax(fnp.concatenate([x, fnp.full((24, 1), np.inf, dtype=np.float32)], axis=1)), (X,)),  # NaN rows
     (lambda x: fnp.exp(x - fnp.max(x, axis=-1, keepdims=True)) * x, (X,)),  # max fused: the max loop per row
     (lambda x: fnp.sqrt(fnp.sum(x * x, axis=-1, keepdims=True)) + x[:1], (X,)),  # a broadcast row read
+    (lambda x: (x.reshape(4, 6, 40) - fnp.mean(x.reshape(4, 6, 40), axis=(1, 2), keepdims=True)) * 2.0, (X,)),
     (fg.grad(lambda x: fnp.sum(softmax(x) * X)), (X,)),
     (fg.grad(lambda x: fnp.sum(layernorm(x, W, B) ** 2)), (X,)),
 ]
