@@ -141,3 +141,29 @@ def test_jit_accepts_keyword_and_python_scalar_arguments():
     f = fg.jit(lambda x, scale=1.0: x * scale)
     assert f(fnp.ones(2), scale=3.0).tolist() == [3.0, 3.0]
     assert f(fnp.ones(2, dtype="float16"), scale=3.0).dtype == fnp.float16  # scale stays weakly typed
+
+
+def test_a_tensor_passed_twice_does_not_stand_for_other_arguments_later():
+    """A trace on the same Tensor in two places uses one value for both; a later call with two
+    different Tensors must trace again, not reuse it (Adam's moments started from one zeros list
+    trained to NaN from its third step when it did)."""
+    f = fg.jit(lambda a, b: a * 2.0 - b)
+    x, y = fnp.asarray([1.0, 2.0]), fnp.asarray([10.0, 20.0])
+    assert f(x, x).tolist() == [1.0, 2.0]
+    assert f(x, y).tolist() == [-8.0, -16.0]
+    assert f(y, x).tolist() == [19.0, 38.0]
+    assert f(y, y).tolist() == [10.0, 20.0]
+
+    def step(state, g):
+        m, v = state
+        return [0.9 * m[0] + g], [0.5 * v[0] + g * g]
+
+    g_step = fg.jit(step)
+    zeros = [fnp.zeros(2)]
+    g = fnp.asarray([1.0, -2.0])
+    m, v = g_step((zeros, list(zeros)), g)  # m and v are one Tensor here
+    assert m[0].tolist() == [1.0, -2.0] and v[0].tolist() == [1.0, 4.0]
+    m, v = g_step((m, v), g)  # ... and two different ones now
+    np.testing.assert_allclose(m[0].numpy(), [1.9, -3.8], rtol=1e-6)
+    np.testing.assert_allclose(v[0].numpy(), [1.5, 6.0], rtol=1e-6)
+    assert g_step.trace_count == 2

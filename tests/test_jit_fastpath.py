@@ -261,7 +261,7 @@ def test_a_function_of_no_arrays_follows_the_default_device():
 def test_arguments_committed_to_another_device_take_the_full_path():
     f = fg.jit(lambda x, y: x + y)
     x = Tensor(np.ones(2, np.float32))
-    f(x, x)
+    f(x, Tensor(np.ones(2, np.float32)))  # (one Tensor twice would be another signature: jit._aliases)
     elsewhere = fg.device_put(x, "REFERENCE")
     here = fg.device_put(x, default_device().name)
     with pytest.raises(DeviceMismatchError, match="different devices"):

@@ -253,7 +253,8 @@ class Jitted:
         if not kwargs and not self.static_argnums:
             # (shape, dtype) rather than the aval: hashed in C, not by attrs' generated __hash__
             key = tuple([(a._data.aval.shape, a._data.aval.dtype, a._weak) for a in args if type(a) is Tensor])
-            simple = len(key) == len(args)
+            # one Tensor passed twice is traced as one value (see _aliases): not this signature's plan
+            simple = len(key) == len(args) and (len(args) < 2 or len({id(a) for a in args}) == len(args))
         if simple:
             fast = self._fast.get(key)
             if fast is not None:
@@ -322,7 +323,7 @@ class Jitted:
         dynamic, static_values, call_with = self._split(args, kwargs)
         leaves, in_tree = tree.flatten(dynamic)
         avals = [leaf_aval(leaf, f"argument leaf {i}") for i, leaf in enumerate(leaves)]
-        key = (in_tree, tuple(avals), static_values)
+        key = (in_tree, tuple(avals), static_values, _aliases(leaves))
         entry = self._cache.get(key)
         if entry is not None:
             return entry, leaves, True
@@ -413,6 +414,18 @@ class Compiled:
         if self.lowered.write_back is not None:
             self.lowered.write_back.apply(leaves, outs[n:])
         return tree.unflatten(self.lowered.out_tree, outs[:n])
+
+
+def _aliases(leaves: list[Any]) -> tuple[int, ...] | None:
+    """For each leaf, the index of the first leaf that is the same Tensor object, or None when no
+    Tensor appears twice. Tracing happens on the caller's objects (``_trace_in_place``), so a Tensor
+    passed twice (Adam's moments started from one zeros list) is one input of the trace: that trace
+    holds only for calls that alias the same leaves, and the pattern is part of its cache key."""
+    seen: dict[int, int] = {}
+    pattern = []
+    for index, leaf in enumerate(leaves):
+        pattern.append(seen.setdefault(id(leaf), index) if isinstance(leaf, Tensor) else index)
+    return tuple(pattern) if len(seen) < sum(isinstance(leaf, Tensor) for leaf in leaves) else None
 
 
 def _trace_in_place(fn: Callable[..., Any], dynamic: Any, leaves: list[Any], avals: list[Any], in_tree: Any,
