@@ -940,11 +940,14 @@ def rss_child(framework: str, sizes: Sizes) -> dict[str, Any]:
     prepared = globals()[f"{framework}_mlp_step"](inputs)
     prepared = prepared if isinstance(prepared, Prepared) else Prepared(prepared)
     first = [np.array(a, copy=True) for a in prepared.snapshot(prepared.step())]  # later steps update in place
+    last: Any = None
     for _ in range(RSS_STEPS - 1):
-        prepared.step()
+        last = prepared.step()
     peak_mb = peak_rss_mb()
     ok, max_error = mlp_compare(first, mlp_reference(inputs))
-    return {"peak_mb": peak_mb, "ok": ok, "max_error": max_error}
+    # the later steps must train too (a NaN from step 3 on once passed the first step's check)
+    finite = last is None or all(np.isfinite(np.asarray(a, np.float64)).all() for a in prepared.snapshot(last))
+    return {"peak_mb": peak_mb, "ok": ok and finite, "max_error": max_error if finite else float("nan")}
 
 
 FIRST_STEP_CHILDREN = {"mlp_first_call": ("mlp", "funcgrad_mlp_first_call"),
