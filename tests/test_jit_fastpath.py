@@ -87,6 +87,8 @@ def test_pytree_outputs_consts_literals_and_passed_through_inputs():
         np.testing.assert_array_equal(out["same"].numpy(), [4.0, 5.0, 6.0])
         assert out["pair"][0].item() == 15.0 and out["pair"][1].item() == 7.0
     assert f.fast_calls == 2
+    nothing = fg.jit(lambda x: None)
+    assert [nothing(x) for _ in range(3)] == [None] * 3 and nothing.fast_calls == 2
 
 
 @needs_replay

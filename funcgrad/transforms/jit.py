@@ -107,10 +107,13 @@ def _settings_quiet() -> bool:
             and True not in _config.config._set.values())
 
 
+FULL_PATH: Any = object()  # what a FastCall returns for a call it does not handle (None is a result)
+
+
 class FastCall:
     """The lean call of one traced signature (see the module docstring): its consts, its plan on
-    ``device`` (fetched on first use), its output avals and tree. ``__call__`` returns None when the
-    call must take the full path."""
+    ``device`` (fetched on first use), its output avals and tree. ``__call__`` returns ``FULL_PATH``
+    when the call must take the full path."""
 
     __slots__ = ("ir", "consts", "device", "replay", "out_avals", "out_tree", "single")
 
@@ -134,21 +137,21 @@ class FastCall:
 
     def __call__(self, args: tuple[Tensor, ...]) -> Any:
         if not lazy.USE_COMPILER or current_builder() is not None or not _settings_quiet():
-            return None
+            return FULL_PATH
         replay = self.replay
         if replay is None:
             replay = self._fetch_replay()
         if replay is False:
-            return None
+            return FULL_PATH
         device = self.device
         arrays = self._const_arrays() if self.consts else []
         if arrays is None:
-            return None
+            return FULL_PATH
         committed = False
         for tensor in args:
             data = tensor._data
             if type(data) is not LazyBuffer or data.device != device or tensor._requires_grad:
-                return None  # traced, on another device, or wanting a lazy graph for backward(): the full path
+                return FULL_PATH  # traced, on another device, or wanting a lazy graph for backward()
             array = data.array if data.array is not None else _computed(data)
             arrays.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
             committed = committed or data.committed
@@ -259,7 +262,7 @@ class Jitted:
             fast = self._fast.get(key)
             if fast is not None:
                 outs = fast(args)
-                if outs is not None:
+                if outs is not FULL_PATH:
                     self.fast_calls += 1
                     return outs
             entry = self._simple_cache.get(key)
