@@ -400,12 +400,19 @@ def trim_folder(folder: Path, max_bytes: int, keep_fraction: float = 0.75) -> in
 # --- threads -------------------------------------------------------------------------------------------
 
 class _WorkerPool:
-    """Persistent daemon threads, one per extra CPU; the calling thread runs the first chunk."""
+    """Persistent daemon threads, one per extra CPU; the calling thread runs the first chunk.
+
+    Workers are not pinned to CPUs (``FUNCGRAD_PIN_WORKERS=1`` pins worker k to the k+1-th CPU, as
+    before): the caller is not pinned, and a worker's wake-up of the caller (the last chunk done) lets
+    the scheduler place the caller on the worker's CPU, so the next launch's worker, pinned there,
+    waited for the caller's whole chunk: two chunks ran one after the other on one CPU (seen here:
+    the caller on the worker's CPU after 40 of 40 launches)."""
 
     def __init__(self, workers: int) -> None:
         self.tasks: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], queue.SimpleQueue[Any]]] = \
             queue.SimpleQueue()
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        pin = os.environ.get("FUNCGRAD_PIN_WORKERS") == "1" and hasattr(os, "sched_getaffinity")
+        cpus = sorted(os.sched_getaffinity(0)) if pin else []
         for number in range(workers):
             cpu = cpus[(number + 1) % len(cpus)] if cpus else None
             threading.Thread(target=self._work, args=(cpu,), name=f"funcgrad-cpu-{number}", daemon=True).start()
@@ -413,7 +420,7 @@ class _WorkerPool:
 
     def _work(self, cpu: int | None) -> None:
         if cpu is not None:
-            with contextlib.suppress(OSError):  # one CPU per worker: unpinned threads may share a core
+            with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, {cpu})
         while True:
             function, arguments, done = self.tasks.get()
@@ -592,6 +599,7 @@ class CPUDevice:
 
     name = "CPU"
     row_reductions = True  # render_llvm computes a reduction fused into its row's pass once per row
+    fuse_siblings = True  # plans merge sibling elementwise kernels (funcgrad.lower.fuse)
 
     def __init__(self, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.disk_cache = DiskCache(cache_dir)

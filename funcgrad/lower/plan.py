@@ -43,6 +43,7 @@ from funcgrad import nan_check
 from funcgrad.caches import LRUCache, cache_size, write_atomically
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Literal, Var
+from funcgrad.lower.fuse import fuse_siblings
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
 
@@ -184,6 +185,8 @@ class Plan:
         self.device = device
         row_reductions = bool(getattr(device, "row_reductions", False))  # see schedule._materialized
         self.steps: list[Step] = schedule(self.ir, row_reductions) if restored is None else restored[0]
+        if restored is None and getattr(device, "fuse_siblings", False):
+            self.steps = fuse_siblings(self.steps)
         if restored is None:
             PHASE_SECONDS["schedule"] += time.perf_counter() - started
         kernel_steps = [step for step in self.steps if isinstance(step, KernelStep)]
