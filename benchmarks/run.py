@@ -449,6 +449,7 @@ class FuncgradMLP:
         self.inputs = inputs
         self.state = self.initial_state()
         self.train_step = self.new_jit()
+        self.x, self.onehot = fnp.asarray(inputs["x"]), fnp.asarray(inputs["onehot"])  # once, as JaxMLP does
 
     def initial_state(self) -> tuple[Any, ...]:
         fnp = self.fnp
@@ -460,8 +461,7 @@ class FuncgradMLP:
         return self.fg.jit(make_train_step(self.fnp, self.fg.value_and_grad))
 
     def step(self) -> Any:
-        x, onehot = self.fnp.asarray(self.inputs["x"]), self.fnp.asarray(self.inputs["onehot"])
-        params, m, v, count, loss = self.train_step(*self.state, x, onehot)
+        params, m, v, count, loss = self.train_step(*self.state, self.x, self.onehot)
         for output in (*params, *m, *v, count, loss):  # the first realizes all outputs of the call
             output.realize()
         self.state = (params, m, v, count)
