@@ -283,8 +283,27 @@ def test_bad_input_errors_are_unchanged():
     with pytest.raises(ValueError, match="reshape"):
         f(Tensor(np.ones(5, np.float32)))
     g = fg.jit(lambda x, n: x * n, static_argnums=1)
+    g(Tensor(np.ones(2, np.float32)), 2)
+    g(Tensor(np.ones(2, np.float32)), 2)
     with pytest.raises(TypeError, match="static argument 1 of type list is not hashable"):
         g(Tensor(np.ones(2, np.float32)), [2])
+    with pytest.raises(ValueError, match="static_argnums 1 is out of range for 1 positional arguments"):
+        g(Tensor(np.ones(2, np.float32)))
+    assert g.fast_calls == 1
+
+
+@needs_replay
+def test_static_arguments_take_the_fast_path_and_retrace_on_new_values():
+    f = fg.jit(lambda x, n, y: x * n + y, static_argnums=1)
+    x, y = Tensor(np.arange(3, dtype=np.float32)), Tensor(np.ones(3, np.float32))
+    for n in (2, 3, 2, 3):
+        for _ in range(2):
+            np.testing.assert_array_equal(f(x, n, y).numpy(), np.arange(3) * n + 1)
+    assert f.trace_count == 2 and f.fast_calls == 6
+    last = fg.jit(lambda x, shape: x.reshape(shape), static_argnums=-1)
+    for shape in ((3, 1), (1, 3), (3, 1)):
+        assert last(x, shape).shape == shape and last(x, shape).shape == shape
+    assert last.trace_count == 2 and last.fast_calls == 4
 
 
 @needs_replay

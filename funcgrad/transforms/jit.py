@@ -15,12 +15,12 @@ arguments stay shared. A Tensor whose value (``_data``) or ``.grad`` was replace
 *written back*: its final value is an extra output of the traced IR, stored into that same Tensor
 object on every call. A function that mutates nothing has no extra outputs.
 
-Fast path: a call on positional Tensors whose signature was traced before, outside any trace, with
-DEBUG and the NaN/inf checks off, skips the lazy graph: ``FastCall`` replays the signature's compiled
-plan at once on the arguments' arrays and wraps the results as computed Tensors (``Jitted.fast_calls``
-counts them). Anything it does not handle (tracers, another device, a stateful step, fresh random
-keys, an argument or const with ``requires_grad``, whose lazy result ``backward()`` must be able to
-follow) takes the full path below, which gives the same values.
+Fast path: a call on positional Tensors (and hashable static arguments) whose signature was traced
+before, outside any trace, with DEBUG and the NaN/inf checks off, skips the lazy graph: ``FastCall``
+replays the signature's compiled plan at once on the arguments' arrays and wraps the results as
+computed Tensors (``Jitted.fast_calls`` counts them). Anything it does not handle (tracers, another
+device, a stateful step, fresh random keys, an argument or const with ``requires_grad``, whose lazy
+result ``backward()`` must be able to follow) takes the full path below, which gives the same values.
 
 Threads: the signature cache is an ``LRUCache`` (``FUNCGRAD_JIT_CACHE_SIZE`` signatures per function,
 default 256), and tracing holds one process-wide re-entrant lock (traces nest), because the swap
@@ -215,6 +215,7 @@ class Jitted:
         self._fast: dict[Any, FastCall | None] = {}  # the same keys: the fast path (a plain dict: no lock to read)
         self._fast_lock = threading.Lock()
         self.fast_calls = 0  # calls that took the fast path (for tests; not exact under threads)
+        self._static_positions: dict[int, tuple[int, ...]] = {}  # number of arguments -> static positions
         self._last_key: Any = None
         self._this_thread = threading.local()  # .just_traced: the entry this thread's call traced (fresh keys)
         LIVE_JITTED.add(self)
@@ -251,30 +252,51 @@ class Jitted:
         return (dynamic_args, dynamic_kwargs), static_values, call_with
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # the common call, positional Tensors only: its signature is just their types
+        # the common call, positional Tensors (and hashable static arguments) only: its signature is
+        # just their types (and the static values)
         simple = False
-        if not kwargs and not self.static_argnums:
+        dynamic: tuple[Any, ...] = args
+        split = None if kwargs else self._positional_split(args) if self.static_argnums else (args, ())
+        if split is not None:
+            dynamic, statics = split
             # (shape, dtype) rather than the aval: hashed in C, not by attrs' generated __hash__
-            key = tuple([(a._data.aval.shape, a._data.aval.dtype, a._weak) for a in args if type(a) is Tensor])
+            key: Any = tuple([(a._data.aval.shape, a._data.aval.dtype, a._weak) for a in dynamic if type(a) is Tensor])
             # one Tensor passed twice is traced as one value (see _aliases): not this signature's plan
-            simple = len(key) == len(args) and (len(args) < 2 or len({id(a) for a in args}) == len(args))
+            simple = len(key) == len(dynamic) and (len(dynamic) < 2 or len({id(a) for a in dynamic}) == len(dynamic))
+            if simple and statics:
+                key = (key, statics)
+                try:
+                    hash(key)
+                except TypeError:  # an unhashable static argument: the full path says what to do
+                    simple = False
         if simple:
             fast = self._fast.get(key)
             if fast is not None:
-                outs = fast(args)
+                outs = fast(dynamic)
                 if outs is not FULL_PATH:
                     self.fast_calls += 1
                     return outs
             entry = self._simple_cache.get(key)
             if entry is not None:
                 if key not in self._fast:
-                    self._remember_fast(key, entry, args)
-                return self._call(entry, list(args))
+                    self._remember_fast(key, entry, dynamic)
+                return self._call(entry, list(dynamic))
         entry, leaves, cached = self._trace(args, kwargs)
         if simple and cached:
             self._simple_cache.put(key, entry)
-            self._remember_fast(key, entry, args)
+            self._remember_fast(key, entry, dynamic)
         return self._call(entry, [as_tensor(leaf) for leaf in leaves])
+
+    def _positional_split(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+        """(the dynamic arguments, the static ones) of a call without keywords; None where a
+        ``static_argnums`` is out of range (the full path raises)."""
+        positions = self._static_positions.get(len(args))
+        if positions is None:
+            if not all(-len(args) <= n < len(args) for n in self.static_argnums):
+                return None
+            positions = self._static_positions[len(args)] = tuple(sorted({n % len(args) for n in self.static_argnums}))
+        return (tuple([a for i, a in enumerate(args) if i not in positions]),
+                tuple([args[i] for i in positions]))
 
     def _remember_fast(self, key: Any, entry: Entry, args: tuple[Tensor, ...]) -> None:
         """Give a signature its ``FastCall`` (None where it cannot have one), placed on the device its
