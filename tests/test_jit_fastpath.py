@@ -106,6 +106,18 @@ def test_plans_with_host_steps_and_several_kernels_replay():
 
 
 @needs_replay
+def test_sibling_results_of_one_multi_output_kernel_replay():
+    f = fg.jit(lambda x, y: (x * 2 + y, x - y, fnp.exp(x)))  # the CPU fuses the three into one kernel
+    x_np, y_np = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    for _ in range(3):
+        doubled, difference, exp = f(Tensor(x_np), Tensor(y_np))
+        np.testing.assert_array_equal(doubled.numpy(), x_np * 2 + y_np)
+        np.testing.assert_array_equal(difference.numpy(), x_np - y_np)
+        np.testing.assert_allclose(exp.numpy(), np.exp(x_np.astype(np.float64)), rtol=1e-6)
+    assert f.fast_calls == 2
+
+
+@needs_replay
 def test_a_large_kernel_split_across_threads_replays():
     f = fg.jit(lambda x: fnp.tanh(x) * 2 + x.sum())
     x_np = np.linspace(-3, 3, 1 << 18, dtype=np.float32)
