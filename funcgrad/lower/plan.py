@@ -43,6 +43,7 @@ from funcgrad import nan_check
 from funcgrad.caches import LRUCache, cache_size, write_atomically
 from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Literal, Var
+from funcgrad.lower import pool
 from funcgrad.lower.fuse import fuse_siblings
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
@@ -143,7 +144,7 @@ def _replay_kernel(function: Callable[..., None] | None, tail: tuple[int, ...], 
                    ) -> Callable[[list[Any]], None]:
     """One kernel step of the lean replay: allocate its outputs, launch it on raw addresses (outputs
     first), store the outputs in their slots. ``function`` None: an empty kernel, nothing to launch."""
-    address, empty = data_address, np.empty
+    address, empty = data_address, pool.empty  # large outputs reuse pooled memory (no page faults)
     if len(output_specs) == 1:  # the usual kernel: one output, no list to build
         ((shape, dtype),), (output_slot,) = output_specs, output_slots
 
