@@ -72,7 +72,8 @@ def test_loaded_object_code_computes_what_mcjit_and_the_evaluator_compute(client
 
 
 @pytest.mark.parametrize("mode", ["worker", "inprocess"])
-def test_both_compilers_run_kernels_and_share_the_disk_cache(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_compilers_run_kernels_and_share_the_disk_cache(mode: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FUNCGRAD_COMPILER", mode)
     device = cpu.CPUDevice(cache_dir=tmp_path)
     kernels = [erf_kernel(f"erf_{mode}"), reduction_kernel(f"sum_{mode}", "sum", np.dtype(np.float32), (3, 50, 7))]

@@ -16,26 +16,15 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad.devices.cpu import CPUDevice
 from funcgrad.lower import render_transpose
-from funcgrad.lower.kernel import Kernel, Opt
+from funcgrad.lower.kernel import Opt
 from funcgrad.lower.optimize import check_opts, heuristic_opts, neighbours
 from funcgrad.lower.render_llvm import render_llvm
-from funcgrad.lower.schedule import KernelStep, inline_calls, schedule
+from tests.test_render_tile import kernels_of, run
 
 
 @pytest.fixture(scope="module")
 def device(tmp_path_factory: pytest.TempPathFactory) -> CPUDevice:
     return CPUDevice(cache_dir=tmp_path_factory.mktemp("cache"))
-
-
-def kernels_of(f, *args) -> list[Kernel]:  # noqa: ANN001
-    ir = fg.make_ir(f)(*args)
-    return [step.kernel for step in schedule(inline_calls(ir)) if isinstance(step, KernelStep)]
-
-
-def run(device: CPUDevice, kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    outputs = [np.empty(aval.shape, aval.dtype) for aval in kernel.out_avals]
-    device.compile(kernel)(inputs, outputs)
-    return outputs
 
 
 def nchw_relu(x, b):  # noqa: ANN001, ANN201 - a channels-last (N, P, C) array read as (N, C, P), + bias, ReLU
