@@ -148,3 +148,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0,
                            f"Skipped: DEVICE={os.environ['DEVICE']} cannot run this test: {error}")
+
+
+# --- tests of the CPU compiler itself (LLVM source, register tiles, CPU plans) ----------------------
+# run on the CPU whatever DEVICE says: they check what the CPU device generates, not device semantics.
+
+@pytest.fixture
+def on_cpu(monkeypatch: pytest.MonkeyPatch) -> Any:
+    from funcgrad import Device
+    previous = Device.DEFAULT
+    monkeypatch.setenv("DEVICE", "CPU")  # (and for the subprocesses a test starts)
+    Device.DEFAULT = "CPU"
+    try:
+        yield
+    finally:
+        Device.DEFAULT = previous

@@ -15,6 +15,8 @@ from funcgrad.lower import fuse
 from funcgrad.lower import plan as plan_module
 from funcgrad.lower.schedule import HostStep, KernelStep, inline_calls, schedule
 
+pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU code generation, whatever DEVICE says
+
 
 def steps_of(f, *args) -> list:  # noqa: ANN001
     return schedule(inline_calls(fg.make_ir(f)(*args)))

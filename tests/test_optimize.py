@@ -122,6 +122,7 @@ def test_kernel_text_shows_its_opts() -> None:
     assert str(attrs.evolve(kernel, opts=())).splitlines()[-1] == "  opts: none"
 
 
+@pytest.mark.usefixtures("on_cpu")  # the CPU device's kernels carry opts
 def test_debug_3_prints_kernels_with_their_opts(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DEBUG", "3")

@@ -268,7 +268,7 @@ def test_a_second_process_starts_warm(tmp_path: Path) -> None:
         print(step(x).numpy().round(5).tolist())
         print(PHASE_COUNTS["plans_built"], PHASE_COUNTS["plans_loaded"], PHASE_COUNTS["kernels_compiled"])
     """)
-    env = {**os.environ, "FUNCGRAD_CACHE": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "FUNCGRAD_CACHE": str(tmp_path), "PYTHONPATH": str(REPO), "DEVICE": "CPU"}  # CPU plans
     env.pop("FUNCGRAD_PLAN_CACHE", None)
     runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
             for _ in range(2)]

@@ -20,6 +20,8 @@ from funcgrad.lower.kernel import Kernel, Opt, evaluate_kernel
 from funcgrad.lower.render_llvm import render_llvm
 from funcgrad.lower.schedule import KernelStep, inline_calls, schedule
 
+pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU code generation, whatever DEVICE says
+
 
 @pytest.fixture(scope="module")
 def device(tmp_path_factory: pytest.TempPathFactory) -> CPUDevice:

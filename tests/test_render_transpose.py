@@ -21,6 +21,8 @@ from funcgrad.lower.optimize import check_opts, heuristic_opts, neighbours
 from funcgrad.lower.render_llvm import render_llvm
 from tests.test_render_tile import kernels_of, run
 
+pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU code generation, whatever DEVICE says
+
 
 @pytest.fixture(scope="module")
 def device(tmp_path_factory: pytest.TempPathFactory) -> CPUDevice:

@@ -156,7 +156,9 @@ def _program(draw_ops, x, y):
             out = BINARY[arg % len(BINARY)](a, b)
         elif kind == "reduce" and a.ndim:
             axis = arg % a.ndim
-            out = [a.sum, a.max, a.min][arg % 3](axis=axis, keepdims=bool(arg % 2))
+            # max/min of an empty axis (a[1:] of one row) has no identity and raises: sum it instead
+            reducers = [a.sum, a.max, a.min] if a.shape[axis] else [a.sum]
+            out = reducers[arg % len(reducers)](axis=axis, keepdims=bool(arg % 2))
         elif kind == "move" and a.ndim >= 2:
             choice = arg % 5
             out = (a.T if choice == 0 else a[::-1] if choice == 1 else a.reshape(-1) if choice == 2

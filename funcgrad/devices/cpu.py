@@ -732,12 +732,13 @@ class CPUDevice:
         """What a stored plan depends on besides its IR: the host CPU, the CPUs this process may use
         (kernels' thread opts count them: a plan stored under ``taskset -c 0`` would run one thread),
         and the BEAM choices on disk (a new one, added to the folder, changes its time: plans then
-        rebuild and use it)."""
+        rebuild and use it), and the schedule's switches (``row_reductions``, ``fuse_siblings``)."""
         try:
             beam = (self.disk_cache.folder.parent / "beam").stat().st_mtime_ns
         except OSError:
             beam = 0
-        return f"{host_target().fingerprint}\nthreads {thread_count()}\nbeam choices {beam}"
+        return (f"{host_target().fingerprint}\nthreads {thread_count()}\nbeam choices {beam}\n"
+                f"schedule {self.row_reductions} {self.fuse_siblings}")
 
     def load_cached(self, kernel: Kernel, token: Any) -> CompiledKernel | None:
         """The kernel a stored plan names by ``token`` (a ``cache_token``), from memory or the disk
