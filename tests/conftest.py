@@ -126,6 +126,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # cl_khr_fp64: no float64) is reported as skipped with the device's own message, not failed: the test
 # cannot run there, and every other failure still fails.
 
+# Hypothesis would shrink such a test's failure (re-running it dozens of times, each compiling its
+# kernels for the device: ~40 s a test on lavapipe) before the hook below sees it: on a DEVICE run it
+# reports the first failing example as found, unshrunk.
+if os.environ.get("DEVICE"):
+    from hypothesis import Phase
+    from hypothesis import settings as _hypothesis_settings
+    _hypothesis_settings.register_profile("device", phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    _hypothesis_settings.load_profile("device")
+
+
 def _unsupported_dtype(error: BaseException | None) -> BaseException | None:
     from funcgrad.lower.kernel import UnsupportedDtypeError
     seen = set()
