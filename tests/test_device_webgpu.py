@@ -384,3 +384,27 @@ def test_low_precision_storage_round_trips(device: webgpu.WebGPUDevice) -> None:
 def test_probe_reports_the_adapter() -> None:
     ok, reason = webgpu.probe()
     assert ok and " via " in reason
+
+
+def test_reductions_longer_than_the_software_loop_cap(device: webgpu.WebGPUDevice) -> None:
+    """lavapipe ends a shader's loops after 65,535 iterations: longer reductions run in two kernels
+    (funcgrad/lower/split_reductions.py), here sums, max and min over up to 294,912 values per output."""
+    rng = np.random.default_rng(5)
+    x = (1.0001 + 1e-3 * rng.standard_normal((512, 4, 24, 24))).astype(np.float32)
+    (t,) = on_webgpu(x)
+    np.testing.assert_allclose(fnp.sum(t, axis=(0, 2, 3)).numpy(), x.astype(np.float64).sum(axis=(0, 2, 3)), rtol=2e-6)
+    np.testing.assert_allclose(fnp.sum(t).numpy(), x.astype(np.float64).sum(), rtol=2e-6)
+    assert fnp.max(t, axis=(0, 2, 3)).numpy().tolist() == x.max(axis=(0, 2, 3)).tolist()
+    assert fnp.min(t).numpy() == x.min()
+    ones = np.ones(70001, np.int32)  # a length no chunk divides: padded with the identity
+    assert fnp.sum(on_webgpu(ones)[0]).numpy() == 70001
+
+
+def test_a_value_minus_or_over_itself_keeps_ieee_semantics(device: webgpu.WebGPUDevice) -> None:
+    """lavapipe folds x - x to 0 and x / x to 1; inf - inf and 0 / 0 are NaN (the renderer hides
+    that the operands are one value: fg_opaque)."""
+    (x,) = on_webgpu(np.array([np.inf, 0.0, 2.0, -np.inf, np.nan], np.float32))
+    e = fnp.exp(on_webgpu(np.array([1000.0, 1.0], np.float32))[0])
+    np.testing.assert_array_equal((x - x).numpy(), [np.nan, 0.0, 0.0, np.nan, np.nan])
+    np.testing.assert_array_equal((x / x).numpy(), [np.nan, np.nan, 1.0, np.nan, np.nan])
+    np.testing.assert_array_equal((e - e).numpy(), [np.nan, 0.0])

@@ -166,6 +166,9 @@ def dispatch_grid(size: int) -> tuple[int, int, int]:
     return MAX_WORKGROUPS_PER_DIMENSION, rows, 1
 
 
+SOFTWARE_MAX_REDUCTION = 32768  # values one invocation reduces on a Mesa software adapter (cap: 65,535 iterations)
+
+
 class WebGPUDevice:
     """Runs kernels as WGSL compute shaders (see the module docstring).
 
@@ -186,6 +189,10 @@ class WebGPUDevice:
         self.adapter = adapter
         self.gpu = adapter.request_device_sync(required_limits={k.replace("_", "-"): v for k, v in limits.items()})
         self.max_binding_size = int(min(limits["max_storage_buffer_binding_size"], limits["max_buffer_size"]))
+        # Mesa's llvmpipe/lavapipe end a shader's loops after 65,535 iterations, silently: plans split
+        # longer reductions in two kernels (funcgrad/lower/split_reductions.py)
+        software = "llvmpipe" in str(adapter.info.get("device", "")).lower()
+        self.max_reduction: int | None = SOFTWARE_MAX_REDUCTION if software else None
         self.max_buffers = int(limits["max_storage_buffers_per_shader_stage"])
         # by WGSL source; a kernel holds its pipeline, so eviction never breaks a cached plan
         self.pipelines: LRUCache[str, Any] = LRUCache(cache_size("FUNCGRAD_KERNEL_CACHE_SIZE", 4096))

@@ -47,6 +47,7 @@ from funcgrad.lower import pool
 from funcgrad.lower.fuse import fuse_siblings
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
+from funcgrad.lower.split_reductions import split_long_reductions
 
 
 class CompiledKernel(Protocol):
@@ -183,6 +184,9 @@ class Plan:
         ``PlanDiskCache.load``), take those instead."""
         started = time.perf_counter()
         self.ir = inline_calls(ir)  # the outputs of calls are renamed when their bodies are inlined
+        limit = getattr(device, "max_reduction", None)  # loop iterations one kernel invocation may run
+        if limit:
+            self.ir = split_long_reductions(self.ir, limit)
         self.device = device
         row_reductions = bool(getattr(device, "row_reductions", False))  # see schedule._materialized
         self.steps: list[Step] = schedule(self.ir, row_reductions) if restored is None else restored[0]

@@ -702,6 +702,10 @@ class _ShaderBuilder:
             return self.let(self.use(bitcast_text(self.value(e.args[0]), e.args[0].dtype, e.dtype)), e.dtype)
         source = e.args[0].dtype
         operands = [self.value(a) for a in e.args]
+        if e.op in ("sub", "div") and len(operands) == 2 and operands[0] == operands[1] and op_class(source) == "f":
+            # lavapipe folds x - x to 0 and x / x to 1, which inf - inf and 0 / 0 (NaN) are not: hide
+            # that the operands are one value
+            operands[1] = f"fg_opaque({operands[1]})"
         text = alu_text(e.op, operands, source)
         natural = BOOL if e.op in COMPARISONS or e.op == "is_finite" else source
         if natural != e.dtype:
