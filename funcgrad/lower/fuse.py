@@ -37,16 +37,10 @@ def _elementwise(step: Step) -> bool:
 
 def _identity(index: KExpr, shape: Sequence[int]) -> bool:
     """Whether ``index`` is the row-major position of the loop variables in ``shape``."""
-    terms = K._affine(index)
-    if terms is None:
-        return False
-    stride, want = 1, {}
-    for axis in reversed(range(len(shape))):
-        if shape[axis] > 1:
-            want[K.var(f"g{axis}")] = stride
-        stride *= shape[axis]
-    return {atom: coef for atom, coef in terms.items() if coef and atom is not None} == want \
-        and not terms.get(None, 0)
+    def terms(e: KExpr) -> dict[KExpr | None, int] | None:
+        found = K._affine(e)
+        return None if found is None else {atom: coef for atom, coef in found.items() if coef}
+    return terms(index) == terms(K.flat_index([K.var(f"g{axis}") for axis in range(len(shape))], shape))
 
 
 def _substitute(e: KExpr, loads: dict[int, KExpr | int], shape: Sequence[int],

@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, _affine, alu, const, var
-from funcgrad.lower.render_llvm import _FunctionBuilder, _loads, _store_outputs, substitute
+from funcgrad.lower.render_llvm import _FunctionBuilder, _loads, _store_outputs, loop_variables, substitute
 
 __all__ = ["transpose_opts", "check_transpose_opts", "render_transpose", "BLOCK"]
 
@@ -44,7 +44,8 @@ def _transposed_loads(kernel: Kernel, axis: int) -> list[KExpr]:
         if terms is None or terms.get(var(f"g{axis}")) != 1 or terms.get(var(f"g{last}"), 0) in (0, 1):
             continue
         plain = {var(f"g{axis}"), var(f"g{last}"), None}
-        if any(atom not in plain and _mentions(atom, (f"g{axis}", f"g{last}")) for atom in terms):
+        if any(atom is not None and atom not in plain and loop_variables(atom) & {f"g{axis}", f"g{last}"}
+               for atom in terms):
             continue
         if load not in found:
             found.append(load)
@@ -57,14 +58,6 @@ def _loads_of(kernel: Kernel) -> list[KExpr]:
     for e in kernel.outputs:
         _loads(e, found, seen)
     return found
-
-
-def _mentions(e: KExpr | None, names: tuple[str, ...]) -> bool:
-    if e is None:
-        return False
-    if e.op == "var":
-        return e.arg in names
-    return any(_mentions(a, names) for a in e.args)
 
 
 def transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
@@ -98,7 +91,7 @@ def _others_vectorise(kernel: Kernel, transposed: list[KExpr]) -> bool:
         terms = _affine(load.args[0])
         if terms is None or terms.get(last, 0) not in (0, 1):
             return False
-        if any(atom is not None and atom != last and _mentions(atom, (last.arg,)) for atom in terms):
+        if any(atom is not None and atom != last and last.arg in loop_variables(atom) for atom in terms):
             return False
     return True
 
