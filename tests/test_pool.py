@@ -32,6 +32,20 @@ def test_pooled_arrays_are_plain_writable_aligned_arrays() -> None:
     assert small.base is None  # small arrays are NumPy's own
 
 
+def test_an_allocator_makes_the_same_choice_as_empty() -> None:
+    """pool.allocator(shape, dtype)() is empty(shape, dtype) with the size worked out once: large
+    arrays come from the pool (a freed buffer is reused), small and zero-size ones from NumPy."""
+    make_big, make_small, make_none = (pool.allocator(shape, np.dtype(np.float32)) for shape in (BIG, (10,), (0, 3)))
+    a = make_big()
+    assert a.shape == BIG and a.dtype == np.float32 and a.flags.writeable and a.ctypes.data % pool.ALIGN == 0
+    address = a.ctypes.data
+    del a
+    gc.collect()
+    assert make_big().ctypes.data == address
+    small, none = make_small(), make_none()
+    assert small.base is None and small.shape == (10,) and none.shape == (0, 3)
+
+
 def test_a_freed_buffer_is_reused_and_a_held_one_is_not() -> None:
     a = pool.empty(BIG, np.float32)
     a[...] = 1.0

@@ -145,19 +145,20 @@ def _replay_kernel(function: Callable[..., None] | None, tail: tuple[int, ...], 
                    ) -> Callable[[list[Any]], None]:
     """One kernel step of the lean replay: allocate its outputs, launch it on raw addresses (outputs
     first), store the outputs in their slots. ``function`` None: an empty kernel, nothing to launch."""
-    address, empty = data_address, pool.empty  # large outputs reuse pooled memory (no page faults)
+    address = data_address
+    makers = [pool.allocator(shape, dtype) for shape, dtype in output_specs]  # large outputs reuse pooled memory
     if len(output_specs) == 1:  # the usual kernel: one output, no list to build
-        ((shape, dtype),), (output_slot,) = output_specs, output_slots
+        (make,), (output_slot,) = makers, output_slots
 
         def run_one_output(slots: list[Any]) -> None:
-            output = empty(shape, dtype)
+            output = make()
             if function is not None:
                 function(address(output), *map(address, map(slots.__getitem__, input_slots)), *tail)
             slots[output_slot] = output
         return run_one_output
 
     def run(slots: list[Any]) -> None:
-        outputs = [empty(shape, dtype) for shape, dtype in output_specs]
+        outputs = [make() for make in makers]
         if function is not None:
             function(*map(address, outputs), *map(address, map(slots.__getitem__, input_slots)), *tail)
         for i, output in zip(output_slots, outputs):

@@ -16,14 +16,17 @@ ndarray (writable, C-contiguous, 64-byte aligned).
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["empty", "release", "stats", "POOL_MIN_BYTES"]
+__all__ = ["allocator", "empty", "release", "stats", "POOL_MIN_BYTES"]
 
 POOL_MIN_BYTES = 1 << 20  # smaller buffers are glibc's business (its heap reuses them without faults)
 ALIGN = 64
@@ -73,9 +76,23 @@ def _give_back(size: int, raw: np.ndarray) -> None:
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised C-contiguous array, from the pool when it is large (see the module docstring)."""
     dtype = np.dtype(dtype)
-    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = math.prod(shape) * dtype.itemsize
     if size < POOL_MIN_BYTES:
         return np.empty(shape, dtype)
+    return _pooled(shape, dtype, size)
+
+
+def allocator(shape: tuple[int, ...], dtype: np.dtype) -> Callable[[], np.ndarray]:
+    """``empty(shape, dtype)`` as a function of no arguments, with the size and the pool-or-not choice
+    made once (a plan's replay allocates each output this way: ``empty`` costs ~3 us of that choice)."""
+    dtype = np.dtype(dtype)
+    size = math.prod(shape) * dtype.itemsize
+    if size < POOL_MIN_BYTES:
+        return functools.partial(np.empty, shape, dtype)
+    return functools.partial(_pooled, shape, dtype, size)
+
+
+def _pooled(shape: tuple[int, ...], dtype: np.dtype, size: int) -> np.ndarray:
     with _LOCK:
         buffers = _FREE.get(size)
         raw = buffers.pop() if buffers else None
