@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import hashlib
 import importlib
 import importlib.metadata
 import json
@@ -318,19 +319,131 @@ CNN_PEER_FACTOR = 3.0  # a CNN result is also ok within this many times PyTorch 
 
 def cnn_reference(inputs: dict[str, Any]) -> dict[str, Any] | None:
     """The float64 step from PyTorch ([loss, params after one step..., Adam first moments...]) under
-    each rule for a max-pool window's tied maxima (see cnn_compare), and how far PyTorch's own float32
-    step lands from its rule's, per part; None (the check is skipped) where PyTorch is not installed:
-    there is no hand-written CNN backward to compare with."""
+    each rule for a max-pool window's tied maxima (see cnn_compare), how far PyTorch's own float32
+    step lands from its rule's, per part, and how far the moments may move where float32 cannot tell a
+    window's largest values apart (cnn_pool_allowance); None (the check is skipped) where PyTorch is not
+    installed: there is no hand-written CNN backward to compare with."""
     try:
         import torch
     except ImportError:
         return None
+    arrays = (inputs["x"], inputs["labels"], *inputs["params"])
+    key = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest()
+    if key not in _CNN_REFERENCES:  # cnn_first_step and cnn_step share their inputs: one reference (~30 s)
+        _CNN_REFERENCES[key] = _cnn_reference(inputs, torch)
+    return _CNN_REFERENCES[key]
+
+
+_CNN_REFERENCES: dict[str, dict[str, Any]] = {}
+
+
+def _cnn_reference(inputs: dict[str, Any], torch: Any) -> dict[str, Any]:
     values = {}
     for ties in ("first", "split"):
         exact = torch_cnn(inputs, torch.float64, ties)
         values[ties] = [np.asarray(a, dtype=np.float64) for a in exact.snapshot(exact.step())]
     single = torch_cnn(inputs, torch.float32)
-    return {"values": values, "float32_errors": _cnn_errors(single.snapshot(single.step()), values["first"])}
+    return {"values": values, "float32_errors": _cnn_errors(single.snapshot(single.step()), values["first"]),
+            "allowance": cnn_pool_allowance(inputs)}
+
+
+def _cnn_forward(params: list[Any], x: Any, stats: list[Any] | None = None,
+                 forced: tuple[int, tuple[int, ...]] | None = None) -> dict[str, list[Any]]:
+    """beautiful_mnist's CNN in torch.nn.functional: {"logits": [logits], "pre": the pre-activations of the
+    ReLUs before the two BatchNorms, "pool_in"/"pool_out": the max-pools' inputs and outputs, "stats": the
+    BatchNorms' batch (mean, var)}. With ``stats`` the BatchNorms use those; ``forced`` (site, index): that
+    ReLU passes its gradient at that element whatever its sign (an element float32 may see positive)."""
+    import torch
+    F = torch.nn.functional
+    w1, b1, w2, b2, g1, c1, w3, b3, w4, b4, g2, c2, wl, bl = params
+    found: dict[str, list[Any]] = {"pre": [], "pool_in": [], "pool_out": [], "stats": []}
+
+    def relu_norm_pool(z: Any, gamma: Any, beta: Any) -> Any:
+        site = len(found["pre"])
+        found["pre"].append(z)
+        mask = (z > 0).to(z.dtype)
+        if forced is not None and forced[0] == site:
+            mask[forced[1]] = 1.0
+        h = z * mask
+        mean, var = (h.mean((0, 2, 3)), h.var((0, 2, 3), unbiased=False)) if stats is None else stats[site]
+        found["stats"].append((mean, var))
+        h = (h - mean[:, None, None]) / torch.sqrt(var[:, None, None] + BATCHNORM_EPS) * gamma[:, None, None] \
+            + beta[:, None, None]
+        found["pool_in"].append(h)
+        found["pool_out"].append(F.max_pool2d(h, 2))
+        return found["pool_out"][-1]
+
+    h = relu_norm_pool(F.conv2d(F.relu(F.conv2d(x, w1, b1)), w2, b2), g1, c1)
+    h = relu_norm_pool(F.conv2d(F.relu(F.conv2d(h, w3, b3)), w4, b4), g2, c2)
+    found["logits"] = [h.flatten(1) @ wl.T + bl]
+    return found
+
+
+def cnn_pool_allowance(inputs: dict[str, Any], factor: float = 1.0) -> list[np.ndarray]:
+    """How far each Adam first moment may lie from the float64 step's where float32 cannot take the
+    float64 step's discrete decisions, at the two max-pools (ReLU, BatchNorm, then the pool), closer
+    calls than ``factor`` times PyTorch float32's own largest error at that point:
+    - a window whose largest input and another are that close: its gradient may go to either, or be shared;
+    - a ReLU input that close to 0: float32 may pass a gradient through it (a window of zeros then has a
+      strict maximum) or block one.
+    Seen here: one such window moved conv4's weight gradient by 1%, and one ReLU input of conv2 that
+    float32 saw positive moved its weight gradient by 3%; PyTorch float32 kept every such decision
+    at this seed, JAX and funcgrad did not.
+
+    The bound sums, over each such element b of a window whose float64 maximum is a, the moments'
+    change (1 - b1) (|J_b^T g| + |J_a^T g|) for the parameters before the pool, g the pool's output
+    gradient there and J_e the Jacobian of the pool's input at e (one sample's; the BatchNorm statistics
+    held at the batch's, their share of one element's change being O(1/batch)); for a ReLU decision,
+    J_b with that ReLU passing. Zero for the parameters after the pool."""
+    import torch
+    params64 = [torch.from_numpy(p).double().requires_grad_() for p in inputs["params"]]
+    x64 = torch.from_numpy(inputs["x"]).double()
+    full = _cnn_forward(params64, x64)
+    for output in full["pool_out"]:
+        output.retain_grad()
+    torch.nn.functional.cross_entropy(full["logits"][0], torch.from_numpy(inputs["labels"]).long()).backward()
+    with torch.no_grad():
+        single = _cnn_forward([torch.from_numpy(p) for p in inputs["params"]], torch.from_numpy(inputs["x"]))
+    stats = [(mean.detach(), var.detach()) for mean, var in full["stats"]]
+    allowance = [np.zeros(p.shape) for p in inputs["params"]]
+    plain: dict[int, dict[str, list[Any]]] = {}  # sample -> its forward without forcing, kept for reuse
+
+    def add(sample: int, site: int, element: tuple[int, int, int], gradient: float,
+            forced: tuple[int, tuple[int, ...]] | None = None) -> None:
+        """|J^T g| at ``element`` (channel, row, column) of the pool's input, into the allowance."""
+        if forced is None:
+            found = plain.get(sample) or plain.setdefault(sample, _cnn_forward(params64, x64[sample:sample + 1], stats))
+        else:
+            found = _cnn_forward(params64, x64[sample:sample + 1], stats, forced)
+        shift = torch.zeros(found["pool_in"][site].shape, dtype=torch.float64)
+        shift[(0, element[0], element[1], element[2])] = gradient
+        used = params64[:6] if site == 0 else params64[:12]
+        changes = torch.autograd.grad(found["pool_in"][site], used, shift, retain_graph=forced is None)
+        for i, change in enumerate(changes):
+            allowance[i] += (1.0 - ADAM["b1"]) * np.abs(change.numpy())
+
+    for site in range(2):
+        values, pre = full["pool_in"][site].detach().numpy(), full["pre"][site].detach().numpy()
+        pool_error = float(np.abs(single["pool_in"][site].numpy().astype(np.float64) - values).max())
+        pre_error = float(np.abs(single["pre"][site].numpy().astype(np.float64) - pre).max())
+        n, c, height, width = values.shape
+        windows = values.reshape(n, c, height // 2, 2, width // 2, 2).transpose(0, 1, 2, 4, 3, 5)
+        windows = windows.reshape(n, c, height // 2, width // 2, 4)
+        top = windows.argmax(-1)
+        gaps = windows.max(-1, keepdims=True) - windows
+        near_zero = np.abs(pre) < factor * pre_error
+        near_zero = near_zero.reshape(n, c, height // 2, 2, width // 2, 2).transpose(0, 1, 2, 4, 3, 5)
+        near_zero = near_zero.reshape(windows.shape)
+        cotangents = full["pool_out"][site].grad.numpy()
+        close = (gaps > 0) & (gaps < factor * pool_error)
+        for sample, channel, row, column, element in zip(*np.nonzero(close | near_zero)):
+            g = float(cotangents[sample, channel, row, column])
+            first = int(top[sample, channel, row, column])
+            a = (channel, 2 * row + first // 2, 2 * column + first % 2)
+            b = (channel, 2 * row + element // 2, 2 * column + element % 2)
+            add(sample, site, a, g)
+            add(sample, site, b, g, (site, (0, *b)) if near_zero[sample, channel, row, column, element] else None)
+    return allowance
 
 
 def _cnn_parts(arrays: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
@@ -351,26 +464,38 @@ def cnn_compare(actual: list[Any], expected: dict[str, Any] | None) -> tuple[boo
     its channel). The error reported is the smaller one. (None, None) when there is no reference."""
     if expected is None:
         return None, None
-    checks = [_cnn_check(actual, values, expected["float32_errors"]) for values in expected["values"].values()]
+    allowance = expected.get("allowance") or [np.zeros(np.shape(m)) for m in _cnn_parts(expected["values"]["first"])[2]]
+    checks = [_cnn_check(actual, values, expected["float32_errors"], allowance)
+              for values in expected["values"].values()]
     return any(ok for ok, _ in checks), min(error for _, error in checks)
 
 
-def _cnn_check(actual: list[Any], values: list[Any], peer_errors: list[float]) -> tuple[bool, float]:
+def _cnn_check(actual: list[Any], values: list[Any], peer_errors: list[float],
+               allowance: list[np.ndarray]) -> tuple[bool, float]:
     """Each part (loss, parameters, Adam's first moments) passes within mlp_compare's tolerances
-    (moments within 1e-3 of their largest), or within CNN_PEER_FACTOR times PyTorch float32's own
-    error on that part: float32 sums over the batch's 512x20x20 positions leave PyTorch float32 up to
-    2 lr from float64 in the parameters (Adam's first step moves each by +-lr, and the sign of a tiny
-    gradient may flip)."""
+    (moments within 1e-3 of their largest, plus each moment's ``allowance`` for max-pool windows float32
+    cannot order: cnn_pool_allowance), or within CNN_PEER_FACTOR times PyTorch float32's own error on
+    that part: float32 sums over the batch's 512x20x20 positions leave PyTorch float32 up to 2 lr from
+    float64 in the parameters (Adam's first step moves each by +-lr, and the sign of a tiny gradient
+    may flip)."""
     loss, params, moments = _cnn_parts(values)
     m_scale = max(float(np.abs(g).max()) for g in moments)
     tolerances = [(1e-4, 1e-5), (0.0, 2.1 * ADAM["lr"]), (1e-3, 1e-3 * m_scale)]
     ok, worst = True, 0.0
-    for mine, wanted, (rtol, atol), peer_error in zip(_cnn_parts(actual), (loss, params, moments), tolerances,
-                                                      peer_errors):
+    for part, (mine, wanted, (rtol, atol), peer_error) in enumerate(zip(_cnn_parts(actual), (loss, params, moments),
+                                                                         tolerances, peer_errors)):
         close, error = allclose(mine, wanted, rtol, atol)
+        if part == 2 and not close:  # the moments, with each element's allowance added to its tolerance
+            close = all(_within(a, e, rtol, atol + allowed) for a, e, allowed in zip(mine, wanted, allowance))
         ok = ok and (close or error <= CNN_PEER_FACTOR * peer_error)
         worst = max(worst, error)
     return ok, worst
+
+
+def _within(actual: Any, expected: np.ndarray, rtol: float, atol: Any) -> bool:
+    """|actual - expected| <= atol + rtol |expected| everywhere (atol may be an array)."""
+    actual = np.asarray(actual, dtype=np.float64)
+    return actual.shape == expected.shape and bool(np.all(np.abs(actual - expected) <= atol + rtol * np.abs(expected)))
 
 
 def mlp_compare(actual: list[Any], expected: list[Any]) -> tuple[bool, float]:

@@ -165,6 +165,45 @@ def test_split_tie_reference_shares_a_windows_gradient_evenly() -> None:
     np.testing.assert_allclose(pooled.grad.numpy().ravel(), [1 / 3, 1 / 3, 0.0, 1 / 3])
 
 
+def test_cnn_moments_may_move_by_their_allowance_and_not_beyond() -> None:
+    run = load_run_module()
+    loss, params, moments = [np.array(2.3)], [np.zeros(2)], [np.array([0.5, 0.5])]
+    expected = {"values": {"first": [*loss, *params, *moments]}, "float32_errors": [0.0, 0.0, 0.0],
+                "allowance": [np.array([0.1, 0.0])]}
+    ok, error = run.cnn_compare([*loss, *params, np.array([0.59, 0.5])], expected)
+    assert ok is True and error == pytest.approx(0.09)
+    ok, _ = run.cnn_compare([*loss, *params, np.array([0.5, 0.59])], expected)  # that element has none
+    assert ok is False
+    ok, _ = run.cnn_compare([*loss, *params, np.array([0.62, 0.5])], expected)
+    assert ok is False
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the CNN reference is PyTorch's")
+def test_cnn_allowance_covers_decisions_a_float32_sized_perturbation_flips() -> None:
+    """The float64 step on images moved by 1e-6 (relative; float32 resolution) sometimes takes another
+    max-pool or ReLU decision, and its moments then move by ~1e-4, far beyond the float32 tolerance:
+    the check accepts it only with cnn_pool_allowance's bound, and a gross error still fails."""
+    import torch
+    run = load_run_module()
+    inputs = run.cnn_inputs(run.Sizes(cnn_batch=16))
+    expected = run.cnn_reference(inputs)
+    without = {**expected, "allowance": None}
+    assert all(np.all(a >= 0) for a in expected["allowance"]) and not expected["allowance"][-1].any()
+    rng = np.random.default_rng(1)
+    for _ in range(8):
+        moved = {**inputs, "x": (inputs["x"] * (1 + 1e-6 * rng.standard_normal(inputs["x"].shape))).astype(np.float32)}
+        step = run.torch_cnn(moved, torch.float64)
+        result = [np.asarray(a, dtype=np.float64) for a in step.snapshot(step.step())]
+        if run.cnn_compare(result, without)[0] is False:
+            break
+    else:
+        pytest.fail("no perturbation flipped a decision: the test lost its subject")
+    assert run.cnn_compare(result, expected)[0] is True
+    count = (len(result) - 1) // 2
+    wrong = [*result[:1 + count], *(m * 1.05 for m in result[1 + count:])]
+    assert run.cnn_compare(wrong, expected)[0] is False
+
+
 def test_only_selects_workloads_and_frameworks(tmp_path: Path) -> None:
     out = tmp_path / "only.json"
     process = run_benchmarks("--only", "dispatch,gelu", "--frameworks", "numpy", "--json", str(out))
