@@ -1,6 +1,6 @@
 """The CPU device: kernels compiled to native code with LLVM (through llvmlite) and run in this process.
 
-    Kernel --render_llvm--> LLVM IR text --(memory cache | disk cache | LLVM: parse, O3, emit object)-->
+    Kernel --render_llvm--> LLVM IR text --(memory cache | disk cache | LLVM: parse, optimise, emit object)-->
     object code --load--> function address --ctypes--> CompiledKernel(inputs, outputs)
 
 Where LLVM runs is ``FUNCGRAD_COMPILER``: ``worker`` (the default on x86-64 Linux) compiles in a
@@ -53,6 +53,7 @@ import numpy as np
 from funcgrad.caches import LRUCache, cache_size, write_atomically
 from funcgrad.debug import debug_level
 from funcgrad.devices.cpu_compiler import (
+    PIPELINES,
     CodeMemory,
     LLVMCompiler,
     UnsupportedObject,
@@ -78,7 +79,7 @@ PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_COST = 100
 TRANSCENDENTAL = {"exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
                   "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "pow", "atan2", "rem"}
-CACHE_FORMAT = "funcgrad-cpu-object-v1"
+CACHE_FORMAT = "funcgrad-cpu-object-v2"  # v2: kernels get different LLVM pipelines (optimization_level)
 _MAGIC = b"FGOBJ01\n"
 
 
@@ -127,7 +128,7 @@ class _Target:
 
     @property
     def fingerprint(self) -> str:
-        return "\n".join([CACHE_FORMAT, *self.description])
+        return "\n".join([CACHE_FORMAT, *self.description, f"pipelines {sorted(PIPELINES.items())}"])
 
 
 class InProcessTarget(_Target):
@@ -146,23 +147,25 @@ class InProcessTarget(_Target):
         self.triple = self.compiler.triple
         self.lock = _LLVM_LOCK  # LLVM's global context is used by one thread at a time
         self.machine = self.compiler.new_machine()
-        self.pass_builders = {level: self.compiler.pass_builder(self.machine, level) for level in (0, 3)}
+        self.pass_builders = {number: self.compiler.pass_builder(self.machine, number) for number in PIPELINES}
 
     @property
     def description(self) -> list[str]:
         return self.compiler.description
 
-    def compile(self, source: str, speed_level: int = 3) -> bytes:
-        """LLVM IR text -> native object code, optimised at ``speed_level`` (0 or 3)."""
+    def compile(self, source: str, pipeline: int = 3) -> bytes:
+        """LLVM IR text -> native object code, optimised with ``PIPELINES[pipeline]`` (``optimization_level``)."""
+        if pipeline not in self.pass_builders:
+            raise ValueError(f"unknown LLVM pipeline {pipeline}; the pipelines are {sorted(PIPELINES)}")
         with self.lock:
             _free_retired()  # free code no kernel uses any more, while no other thread uses LLVM
             module = self.llvm.parse_assembly(source)
-            return self.compiler.optimize_and_emit(module, self.machine, self.pass_builders[speed_level])
+            return self.compiler.optimize_and_emit(module, self.machine, self.pass_builders[pipeline])
 
-    def compile_alone(self, source: str, speed_level: int = 3) -> bytes:
-        """``compile`` in this thread's own LLVM context and target machine, without the lock, so
+    def compile_alone(self, source: str, pipeline: int = 3) -> bytes:
+        """``compile`` in this thread's own LLVM context and target machine, without the locks, so
         kernels compile on every CPU at once (``CPUDevice.compile_many``)."""
-        return self.compiler.compile(source, speed_level)
+        return self.compiler.compile(source, pipeline)
 
     def load(self, object_code: bytes, function_name: str) -> tuple[Any, int]:
         """Link object code into a fresh MCJIT engine; the engine must outlive every call."""
@@ -224,9 +227,9 @@ class WorkerTarget(_Target):
             write_atomically(path, json.dumps(described).encode())
         return described
 
-    def compile(self, source: str, speed_level: int = 3) -> bytes:
+    def compile(self, source: str, pipeline: int = 3) -> bytes:
         """LLVM IR text -> native object code, compiled by the worker."""
-        return self.client.compile(source, speed_level)
+        return self.client.compile(source, pipeline)
 
     compile_alone = compile  # the worker compiles concurrent requests on one thread per CPU
 
@@ -577,17 +580,33 @@ class CompiledKernel:
 
 
 SMALL_KERNEL_WORK = 1 << 12  # loop iterations below which a kernel is compiled without optimisation
+SHORT_REDUCTION = 6  # a register tile with a reduction loop shorter than this keeps LLVM's unroller
 
 
 def optimization_level(kernel: Kernel) -> int:
-    """0 for small kernels, 3 otherwise. O3 costs ~16 ms a kernel against ~3 ms unoptimised, which
-    a kernel over a few thousand elements never earns back; a shape always gets the same level,
-    so results stay deterministic. ``FUNCGRAD_OPT=3`` optimises everything."""
+    """The LLVM pipeline for a kernel (``cpu_compiler.PIPELINES``); a kernel always gets the same
+    one, so results stay deterministic.
+
+    - 0 (no optimisation) for small kernels: O3 costs ~16 ms a kernel against ~3 ms unoptimised,
+      which a kernel over a few thousand elements never earns back.
+    - 4 (O3 without LLVM's loop unroller) for register tiles (a ``tile`` opt), which the renderer
+      unrolled and vectorised itself: 30-60% less LLVM time, the same speed. Unless a reduction loop
+      is shorter than SHORT_REDUCTION (a convolution's 3x3 or 5x5 window): unrolled, those run
+      up to 10% faster.
+    - 3 (O3) otherwise: plain loops need LLVM's unroller and vectorisers (a pooling window runs
+      4-9x slower without unrolling).
+
+    ``FUNCGRAD_OPT=0`` or ``3`` gives every kernel that level."""
     forced = os.environ.get("FUNCGRAD_OPT")
     if forced in ("0", "3"):
         return int(forced)
     work = int(np.prod(kernel.shape, dtype=np.int64)) * max(1, int(np.prod(kernel.reduce_shape, dtype=np.int64)))
-    return 0 if work < SMALL_KERNEL_WORK else 3
+    if work < SMALL_KERNEL_WORK:
+        return 0
+    tiled = any(opt.action == "tile" for opt in kernel.opts or ())
+    if tiled and not any(1 < length < SHORT_REDUCTION for length in kernel.reduce_shape):
+        return 4
+    return 3
 
 
 class CPUDevice:
@@ -635,6 +654,7 @@ class CPUDevice:
             if not isinstance(p, CompiledKernel):
                 first.setdefault(p[1], i)
         missing = [i for i in first.values() if self.disk_cache.load(prepared[i][3]) is None]  # type: ignore[index]
+        missing.sort(key=lambda i: -len(prepared[i][1]))  # type: ignore[index] # longest first: short ones end it
         objects: dict[int, bytes | BaseException] = {}
         if len(missing) > 1 and thread_count() > 1:
             target = host_target()
@@ -656,7 +676,7 @@ class CPUDevice:
 
     def _prepare(self, kernel: Kernel) -> CompiledKernel | tuple[Kernel, str, int, str]:
         """Optimise and render ``kernel``: the compiled kernel if memory has it, else (kernel with
-        its opts, LLVM source, speed level, disk-cache key)."""
+        its opts, LLVM source, LLVM pipeline, disk-cache key)."""
         started = time.perf_counter()
         try:
             kernel = optimize(kernel)  # heuristics, a stored BEAM choice, or a search when BEAM is set
@@ -670,7 +690,7 @@ class CPUDevice:
             print(f"--- LLVM source of kernel {kernel.name} ---\n{source}", file=sys.stderr)
         level = optimization_level(kernel)
         if level != 3:
-            source += f"\n; speed level {level}\n"  # a different binary: keep it apart in the caches
+            source += f"\n; LLVM pipeline {level}\n"  # a different binary: keep it apart in the caches
         cached = self._from_memory(kernel, source)
         if cached is not None:
             return cached
