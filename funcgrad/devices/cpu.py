@@ -44,6 +44,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ from funcgrad.devices.cpu_compiler import (
     undefined_symbols,
 )
 from funcgrad.lower.kernel import Kernel, KExpr
-from funcgrad.lower.optimize import optimize
+from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
 from funcgrad.lower.render_llvm import external_symbols, llvm_function_name, render_llvm
 
@@ -116,7 +117,7 @@ def compiler_mode() -> str:
 
 class _Target:
     """What both targets share: ``description`` (llvmlite and LLVM versions, triple, CPU name and
-    features) and the fingerprint made of it that keys the disk caches."""
+    features) and the fingerprint that keys the disk caches."""
 
     @property
     def description(self) -> list[str]:
@@ -128,7 +129,12 @@ class _Target:
 
     @property
     def fingerprint(self) -> str:
-        return "\n".join([CACHE_FORMAT, *self.description, f"pipelines {sorted(PIPELINES.items())}"])
+        """What object code depends on: the host as ``host_identity`` reads it without LLVM (so a
+        cold process looks up its plans and kernels while the compiler worker is still starting),
+        else LLVM's ``description``; and the LLVM pipelines."""
+        host = host_identity()
+        return "\n".join([CACHE_FORMAT, *([host] if host is not None else self.description),
+                          f"pipelines {sorted(PIPELINES.items())}"])
 
 
 class InProcessTarget(_Target):
@@ -254,9 +260,18 @@ _CPUINFO_KEYS = ("vendor_id", "cpu family", "model", "model name", "stepping", "
 
 
 def host_description_path() -> Path | None:
-    """Where the worker's description of this machine is kept: named by what LLVM's host detection
-    reads, taken without LLVM (the first CPU's /proc/cpuinfo identity and flags, the llvmlite
-    library file); None where that cannot be read."""
+    """Where the worker's description of this machine is kept, named by ``host_identity``; None
+    where that cannot be read."""
+    identity = host_identity()
+    if identity is None:
+        return None
+    return cache_root() / "host" / f"{hashlib.sha256(identity.encode()).hexdigest()}.json"
+
+
+@functools.cache
+def host_identity() -> str | None:
+    """What LLVM's host detection and code depend on, read without LLVM: the first CPU's
+    /proc/cpuinfo identity and flags, and the llvmlite library file; None where that cannot be read."""
     try:
         first_cpu = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
         spec = importlib.util.find_spec("llvmlite")
@@ -268,8 +283,7 @@ def host_description_path() -> Path | None:
     cpu = [line for line in first_cpu.splitlines() if line.split(":")[0].strip() in _CPUINFO_KEYS]
     if not files or not cpu:
         return None
-    identity = "\n".join([CACHE_FORMAT, sys.platform, platform.machine(), *files, *cpu])
-    return cache_root() / "host" / f"{hashlib.sha256(identity.encode()).hexdigest()}.json"
+    return "\n".join([CACHE_FORMAT, sys.platform, platform.machine(), *files, *cpu])
 
 
 _SINGLETONS_LOCK = threading.Lock()  # two threads' first calls must not build two targets (two LLVM locks)
@@ -448,9 +462,8 @@ _compile_pool_lock = threading.Lock()  # one compile_many at a time uses the poo
 
 
 @functools.cache
-def compile_pool() -> Any:
+def compile_pool() -> ThreadPoolExecutor:
     """Threads that run LLVM for ``CPUDevice.compile_many`` (one per CPU)."""
-    from concurrent.futures import ThreadPoolExecutor
     return ThreadPoolExecutor(max_workers=thread_count(), thread_name_prefix="funcgrad-llvm")
 
 
@@ -647,32 +660,42 @@ class CPUDevice:
 
     def compile_many(self, kernels: Sequence[Kernel]) -> list[CompiledKernel]:
         """``compile`` every kernel, running LLVM on up to ``thread_count()`` kernels at once (each
-        thread with its own LLVM context): a plan's first build takes about 1/CPUs of the time."""
-        prepared = [self._prepare(kernel) for kernel in kernels]
-        first: dict[str, int] = {}  # one compile per distinct source; its twins then hit the memory cache
-        for i, p in enumerate(prepared):
-            if not isinstance(p, CompiledKernel):
-                first.setdefault(p[1], i)
-        missing = [i for i in first.values() if self.disk_cache.load(prepared[i][3]) is None]  # type: ignore[index]
-        missing.sort(key=lambda i: -len(prepared[i][1]))  # type: ignore[index] # longest first: short ones end it
-        objects: dict[int, bytes | BaseException] = {}
-        if len(missing) > 1 and thread_count() > 1:
-            target = host_target()
+        thread with its own LLVM context): a plan's first build takes about 1/CPUs of the time.
+        Each kernel's LLVM starts as soon as it is rendered, while the next ones render (not under
+        BEAM, whose timings would see it); the time spent waiting for LLVM after the last render
+        counts as the ``llvm`` phase."""
+        if thread_count() < 2 or len(kernels) < 2:
+            return [self.compile(kernel) for kernel in kernels]
+        target = host_target()
+
+        def build(source: str, level: int) -> bytes | BaseException:
+            try:
+                self._check_symbols(source)
+                return target.compile_alone(source, level)
+            except RuntimeError as error:
+                return error
+
+        prepared: list[CompiledKernel | tuple[Kernel, str, int, str]] = []
+        builds: dict[str, Future[bytes | BaseException]] = {}  # one compile per distinct source
+        stream = beam_width() == 0
+        with _compile_pool_lock:
+            pool = compile_pool()
+
+            def submit(item: CompiledKernel | tuple[Kernel, str, int, str]) -> None:
+                if not isinstance(item, CompiledKernel) and item[1] not in builds \
+                        and self.disk_cache.load(item[3]) is None:
+                    builds[item[1]] = pool.submit(build, item[1], item[2])
+
+            for kernel in kernels:
+                prepared.append(self._prepare(kernel))
+                if stream:
+                    submit(prepared[-1])
+            for item in prepared if not stream else ():
+                submit(item)
             started = time.perf_counter()
-
-            def build(index: int) -> bytes | BaseException:
-                _kernel, source, level, _key = prepared[index]  # type: ignore[misc]
-                try:
-                    self._check_symbols(source)
-                    return target.compile_alone(source, level)
-                except RuntimeError as error:
-                    return error
-
-            with _compile_pool_lock:
-                objects = dict(zip(missing, compile_pool().map(build, missing)))
+            objects = {source: future.result() for source, future in builds.items()}
             PHASE_SECONDS["llvm"] += time.perf_counter() - started
-        return [p if isinstance(p, CompiledKernel) else self._finish(*p, objects.get(i))
-                for i, p in enumerate(prepared)]
+        return [p if isinstance(p, CompiledKernel) else self._finish(*p, objects.get(p[1])) for p in prepared]
 
     def _prepare(self, kernel: Kernel) -> CompiledKernel | tuple[Kernel, str, int, str]:
         """Optimise and render ``kernel``: the compiled kernel if memory has it, else (kernel with
