@@ -5,6 +5,7 @@ disk caches keep them apart, and that compiling threads do not queue behind llvm
 
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
 
@@ -115,6 +116,28 @@ def test_compiling_threads_do_not_wait_for_llvmlites_lock(llvm: compiler.LLVMCom
         finished = compiled.wait(timeout=120)
     assert finished, "the compiling thread waited for llvmlite's lock"
     assert got == [want]
+
+
+def test_a_garbage_collection_in_a_compiling_thread_takes_llvmlites_lock(llvm: compiler.LLVMCompiler) -> None:
+    """A collection may free llvmlite objects of the global context (another thread's), which
+    need the lock even in a thread that compiles in its own context."""
+    lock = llvm.unlocked
+    assert lock is not None, "this llvmlite keeps its lock where funcgrad expects it"
+    seen: list[bool] = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            seen.append(getattr(lock.skipping, "on", False))
+
+    with lock.skipped():
+        Cycle()
+        gc.collect()
+        still_skipping = lock.skipping.on
+    assert seen == [False], "finalizers run by the collection take the lock"
+    assert still_skipping and not lock.skipping.on
 
 
 def test_threads_compiling_at_once_emit_what_one_thread_emits(llvm: compiler.LLVMCompiler) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import json
 import os
 import struct
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any, BinaryIO
 
@@ -58,11 +60,28 @@ class _SkippableLock:
     thread that compiles in a context and target machine of its own (``LLVMCompiler.compile``) shares
     nothing with the others, so it skips the lock, and kernels compile on every CPU at once (23 MLP
     kernels: 0.61 s on one CPU, 0.29 s on two; with the lock, 0.61 s however many threads). Every
-    other thread and call still takes the real lock."""
+    other thread and call still takes the real lock, and so does a garbage collection, which may
+    free any thread's llvmlite objects (``gc.callbacks``)."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
         self.skipping = threading.local()
+        gc.callbacks.append(self._collecting)
+
+    @contextlib.contextmanager
+    def skipped(self) -> Iterator[None]:
+        """Skip the lock in this thread (which must use only LLVM objects of its own) while inside."""
+        self.skipping.on = True
+        try:
+            yield
+        finally:
+            self.skipping.on = False
+
+    def _collecting(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.skipping.paused, self.skipping.on = getattr(self.skipping, "on", False), False
+        else:
+            self.skipping.on = getattr(self.skipping, "paused", False)
 
     def acquire(self, *args: Any, **kwargs: Any) -> bool:
         return True if getattr(self.skipping, "on", False) else bool(self.real.acquire(*args, **kwargs))
@@ -128,9 +147,8 @@ class LLVMCompiler:
     def compile(self, source: str, pipeline: int = 3) -> bytes:
         """Parse, verify, optimise with ``PIPELINES[pipeline]`` and emit object code, in this thread's context."""
         own = self.per_thread.__dict__
-        skipping = self.unlocked.skipping if self.unlocked is not None else threading.local()
-        skipping.on = True  # nothing below touches what another thread uses (see _SkippableLock)
-        try:
+        # nothing below touches what another thread uses (see _SkippableLock)
+        with self.unlocked.skipped() if self.unlocked is not None else contextlib.nullcontext():
             if "machine" not in own:
                 own["context"] = self.llvm.create_context()
                 own["machine"] = self.new_machine()
@@ -139,8 +157,6 @@ class LLVMCompiler:
                 raise ValueError(f"unknown LLVM pipeline {pipeline}; the pipelines are {sorted(PIPELINES)}")
             return self.optimize_and_emit(self.llvm.parse_assembly(source, context=own["context"]), own["machine"],
                                           own["pass_builders"][pipeline])
-        finally:
-            skipping.on = False
 
     def optimize_and_emit(self, module: Any, machine: Any, pass_builder: Any) -> bytes:
         module.triple = self.triple
