@@ -602,10 +602,10 @@ def optimization_level(kernel: Kernel) -> int:
 
     - 0 (no optimisation) for small kernels: O3 costs ~16 ms a kernel against ~3 ms unoptimised,
       which a kernel over a few thousand elements never earns back.
-    - 4 (O3 without LLVM's loop unroller) for register tiles (a ``tile`` opt), which the renderer
-      unrolled and vectorised itself: 30-60% less LLVM time, the same speed. Unless a reduction loop
-      is shorter than SHORT_REDUCTION (a convolution's 3x3 or 5x5 window): unrolled, those run
-      up to 10% faster.
+    - 4 (O1 without LLVM's loop unroller) for register tiles (a ``tile`` opt), which the renderer
+      unrolled and vectorised itself: 35-80% less LLVM time, the same speed and bits. Unless a
+      reduction loop is shorter than SHORT_REDUCTION (a convolution's 3x3 or 5x5 window): at O3,
+      whose unroller flattens those, they run up to 10% faster.
     - 3 (O3) otherwise: plain loops need LLVM's unroller and vectorisers (a pooling window runs
       4-9x slower without unrolling).
 

@@ -48,10 +48,11 @@ __all__ = ["LLVMCompiler", "WorkerClient", "load_object", "CodeMemory", "Unsuppo
 PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]]] = {
     0: (0, ()),  # small kernels: no optimisation
     3: (3, ()),  # O3
-    # O3 without LLVM's loop unroller, for register tiles (funcgrad.lower.render_tile), which are
-    # unrolled and vectorised already: unrolling their loops again only makes code to compile (a
-    # 784x512 matmul tile: 63 ms of LLVM instead of 35, the same speed); see cpu.optimization_level
-    4: (3, (("loop_unrolling", False),)),
+    # O1 without LLVM's loop unroller, for register tiles (funcgrad.lower.render_tile), which are
+    # unrolled and vectorised already: O3's unrolling and extra passes only make code to compile
+    # (the MLP's 256x784 @ 784x512 tile: 64 ms of LLVM at O3, 32 ms here, as fast; a 2048 matmul's
+    # inner loop is the same code as O3's without its 2x unrolling); see cpu.optimization_level
+    4: (1, (("loop_unrolling", False),)),
 }
 
 class _SkippableLock:
