@@ -244,6 +244,8 @@ def test_the_host_description_is_read_back_without_a_worker(tmp_path: Path, monk
     monkeypatch.setenv("FUNCGRAD_CACHE", str(tmp_path))
     described = cpu.WorkerTarget()
     assert described.fingerprint == cpu.host_target("inprocess").fingerprint
+    assert described.client.starts == 0, "the disk caches' fingerprint is read without a worker"
+    assert described.description == cpu.host_target("inprocess").description
     assert described.client.starts == 1
     described.client.close()
     fresh = cpu.WorkerTarget()

@@ -1,8 +1,8 @@
 """LLVM for the CPU device, in this process or in a compiler worker process, and a loader for its object code.
 
-    training process                                    compiler worker (python cpu_compiler.py)
-    CPUDevice --WorkerClient.compile(source, level)--> LLVMCompiler: parse, O3, emit object (a thread each)
-              <--------- ELF object code ------------
+    training process                                      compiler worker (python cpu_compiler.py)
+    CPUDevice --WorkerClient.compile(source, pipeline)--> LLVMCompiler: parse, optimise, emit object (a thread each)
+              <------------ ELF object code -------------
     load_object: copy sections into mmap'd memory, apply relocations, mprotect read+exec -> function address
 
 The worker keeps LLVM (its code pages, target machines and pass builders: ~100 MB resident) out of the
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import json
 import os
 import struct
@@ -31,24 +32,96 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any, BinaryIO
 
 __all__ = ["LLVMCompiler", "WorkerClient", "load_object", "CodeMemory", "UnsupportedObject", "undefined_symbols",
-           "symbol_address"]
+           "symbol_address", "PIPELINES"]
 
 
 # --- LLVM (in whichever process runs it) -------------------------------------------------------------
 
+# LLVM's pass pipelines for kernels, by number (what CPUDevice asks for and the worker is sent):
+# (speed level, PipelineTuningOptions switched from that level's defaults). The object code depends
+# on this table, so it is part of the disk caches' fingerprint (cpu._Target.fingerprint).
+PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]]] = {
+    0: (0, ()),  # small kernels: no optimisation
+    3: (3, ()),  # O3
+    # O1 without LLVM's loop unroller, for register tiles (funcgrad.lower.render_tile), which are
+    # unrolled and vectorised already: O3's unrolling and extra passes only make code to compile
+    # (the MLP's 256x784 @ 784x512 tile: 64 ms of LLVM at O3, 32 ms here, as fast; a 2048 matmul's
+    # inner loop is the same code as O3's without its 2x unrolling); see cpu.optimization_level
+    4: (1, (("loop_unrolling", False),)),
+}
+
+class _SkippableLock:
+    """Stands in for the re-entrant lock inside llvmlite's ``ffi.lib`` lock, which llvmlite takes
+    around every LLVM call of the process (its objects share LLVM's global context by default). A
+    thread that compiles in a context and target machine of its own (``LLVMCompiler.compile``) shares
+    nothing with the others, so it skips the lock, and kernels compile on every CPU at once (23 MLP
+    kernels: 0.61 s on one CPU, 0.29 s on two; with the lock, 0.61 s however many threads). Every
+    other thread and call still takes the real lock, and so does a garbage collection, which may
+    free any thread's llvmlite objects (``gc.callbacks``)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.skipping = threading.local()
+        gc.callbacks.append(self._collecting)
+
+    @contextlib.contextmanager
+    def skipped(self) -> Iterator[None]:
+        """Skip the lock in this thread (which must use only LLVM objects of its own) while inside."""
+        self.skipping.on = True
+        try:
+            yield
+        finally:
+            self.skipping.on = False
+
+    def _collecting(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.skipping.paused, self.skipping.on = getattr(self.skipping, "on", False), False
+        else:
+            self.skipping.on = getattr(self.skipping, "paused", False)
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        return True if getattr(self.skipping, "on", False) else bool(self.real.acquire(*args, **kwargs))
+
+    def release(self) -> None:
+        if not getattr(self.skipping, "on", False):
+            self.real.release()
+
+
+_SKIPPABLE_LOCK_GUARD = threading.Lock()
+
+
+def _skippable_llvmlite_lock() -> _SkippableLock | None:
+    """llvmlite's lock made skippable by threads that say so (installed once per process); None if
+    this llvmlite keeps its lock elsewhere (then compiling threads take it: correct, one at a time)."""
+    from llvmlite.binding import ffi
+    with _SKIPPABLE_LOCK_GUARD:
+        outer = getattr(getattr(ffi, "lib", None), "_lock", None)
+        inner = getattr(outer, "_lock", None)
+        if isinstance(inner, _SkippableLock):
+            return inner
+        if inner is None or not hasattr(inner, "acquire") or not hasattr(inner, "release"):
+            return None
+        skippable = _SkippableLock(inner)
+        outer._lock = skippable  # type: ignore[union-attr]
+        return skippable
+
+
 class LLVMCompiler:
     """LLVM IR text -> object code for the host CPU. Each calling thread gets its own LLVM context,
-    target machine and pass builders, so threads compile at once without a lock."""
+    target machine and pass builders, so threads compile at once, without llvmlite's lock
+    (``_SkippableLock``)."""
 
     def __init__(self) -> None:
         import llvmlite
         import llvmlite.binding as llvm
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
+        self.unlocked = _skippable_llvmlite_lock()
         self.llvm = llvm
         self.triple = llvm.get_process_triple()
         self.cpu = llvm.get_host_cpu_name()
@@ -62,18 +135,29 @@ class LLVMCompiler:
         target = self.llvm.Target.from_triple(self.triple)
         return target.create_target_machine(cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault")
 
-    def pass_builder(self, machine: Any, speed_level: int) -> Any:
-        return self.llvm.create_pass_builder(machine, self.llvm.create_pipeline_tuning_options(speed_level=speed_level))
+    def pass_builder(self, machine: Any, pipeline: int) -> Any:
+        """LLVM's pass pipeline number ``pipeline`` (a key of ``PIPELINES``) for ``machine``."""
+        if pipeline not in PIPELINES:
+            raise ValueError(f"unknown LLVM pipeline {pipeline}; the pipelines are {sorted(PIPELINES)}")
+        speed_level, switches = PIPELINES[pipeline]
+        options = self.llvm.create_pipeline_tuning_options(speed_level=speed_level)
+        for name, value in switches:
+            setattr(options, name, value)
+        return self.llvm.create_pass_builder(machine, options)
 
-    def compile(self, source: str, speed_level: int = 3) -> bytes:
-        """Parse, verify, optimise at ``speed_level`` (0 or 3) and emit object code, in this thread's context."""
+    def compile(self, source: str, pipeline: int = 3) -> bytes:
+        """Parse, verify, optimise with ``PIPELINES[pipeline]`` and emit object code, in this thread's context."""
         own = self.per_thread.__dict__
-        if "machine" not in own:
-            own["context"] = self.llvm.create_context()
-            own["machine"] = self.new_machine()
-            own["pass_builders"] = {level: self.pass_builder(own["machine"], level) for level in (0, 3)}
-        return self.optimize_and_emit(self.llvm.parse_assembly(source, context=own["context"]), own["machine"],
-                                      own["pass_builders"][speed_level])
+        # nothing below touches what another thread uses (see _SkippableLock)
+        with self.unlocked.skipped() if self.unlocked is not None else contextlib.nullcontext():
+            if "machine" not in own:
+                own["context"] = self.llvm.create_context()
+                own["machine"] = self.new_machine()
+                own["pass_builders"] = {number: self.pass_builder(own["machine"], number) for number in PIPELINES}
+            if pipeline not in own["pass_builders"]:
+                raise ValueError(f"unknown LLVM pipeline {pipeline}; the pipelines are {sorted(PIPELINES)}")
+            return self.optimize_and_emit(self.llvm.parse_assembly(source, context=own["context"]), own["machine"],
+                                          own["pass_builders"][pipeline])
 
     def optimize_and_emit(self, module: Any, machine: Any, pass_builder: Any) -> bytes:
         module.triple = self.triple
@@ -368,9 +452,9 @@ class WorkerClient:
         self._idle_watch: threading.Thread | None = None
         os.register_at_fork(after_in_child=self._forget)
 
-    def compile(self, source: str, speed_level: int = 3) -> bytes:
-        """Object code for LLVM IR ``source`` optimised at ``speed_level``; RuntimeError with LLVM's message."""
-        return self._request(_COMPILE, bytes([speed_level]) + source.encode())
+    def compile(self, source: str, pipeline: int = 3) -> bytes:
+        """Object code for LLVM IR ``source`` optimised by ``PIPELINES[pipeline]``; RuntimeError with LLVM's message."""
+        return self._request(_COMPILE, bytes([pipeline]) + source.encode())
 
     def describe(self) -> list[str]:
         """The worker's LLVMCompiler.description (llvmlite and LLVM versions, triple, CPU, features)."""

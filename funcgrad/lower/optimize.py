@@ -291,6 +291,9 @@ def beam_cache_path(kernel: Kernel) -> Path:
 
 def cached_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     """The stored BEAM choice for ``kernel``, or None (also for an unreadable or invalid file)."""
+    from funcgrad.devices.cpu import DiskCache
+    if not _REMEMBERED and not (DiskCache().folder.parent / "beam").is_dir():
+        return None  # none stored: do not wait for the compiler worker's name of the host CPU (the key)
     path = beam_cache_path(kernel)
     remembered = _REMEMBERED.get(str(path))
     if remembered is not None:

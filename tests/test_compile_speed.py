@@ -1,0 +1,160 @@
+"""What keeps the CPU device's LLVM time down (funcgrad/devices/cpu.py, cpu_compiler.py), tested
+without timing: which LLVM pipeline a kernel gets, that the pipelines agree bit for bit, that the
+disk caches keep them apart, and that compiling threads do not queue behind llvmlite's lock.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from pathlib import Path
+
+import attrs
+import numpy as np
+import pytest
+
+import funcgrad as fg
+from funcgrad.devices import cpu
+from funcgrad.devices import cpu_compiler as compiler
+from funcgrad.lower.kernel import Kernel, Opt
+from funcgrad.lower.render_llvm import llvm_function_name, render_llvm
+from tests.test_cpu_compiler import erf_kernel
+from tests.test_render_tile import kernels_of, product_kernel, random_inputs, tiled
+
+
+@pytest.fixture(scope="module")
+def llvm() -> compiler.LLVMCompiler:
+    return compiler.LLVMCompiler()
+
+
+def conv_kernel() -> Kernel:
+    """A channels-last convolution's forward kernel: its reduction loops are (3, 3, 3)."""
+    x, w = np.ones((2, 3, 12, 12), np.float32), np.ones((32, 3, 3, 3), np.float32)
+    kernels = kernels_of(lambda x, w: fg.nn.functional.conv2d(x, w), x, w)
+    found = [k for k in kernels if k.reduce_shape and 3 in k.reduce_shape and k.shape[-1] == 32]
+    assert found, [(k.name, k.shape, k.reduce_shape) for k in kernels]
+    return found[0]
+
+
+def run_object(kernel: Kernel, object_code: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    memory, address = compiler.load_object(object_code, llvm_function_name(kernel))
+    try:
+        outputs = [np.empty(aval.shape, aval.dtype) for aval in kernel.out_avals]
+        cpu.CompiledKernel(kernel, "", address, "compiled", 0.0)(inputs, outputs)
+        return outputs
+    finally:
+        memory.free()
+
+
+def test_register_tiles_skip_llvms_unroller_unless_a_reduction_loop_is_short(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    product = product_kernel(64, 256, 128, epilogue=True)
+    assert cpu.optimization_level(tiled(product, 64, 6)) == 4, "a register tile: O1 without unrolling"
+    assert cpu.optimization_level(attrs.evolve(product, opts=(Opt("thread", 0, 2),))) == 3, "plain loops: O3"
+    assert cpu.optimization_level(tiled(product_kernel(4, 16, 16), 16, 4)) == 0, "a small kernel: unoptimised"
+    conv = conv_kernel()
+    assert cpu.optimization_level(tiled(conv, 32, 4)) == 3, "a 3x3 window's loops are worth unrolling"
+    monkeypatch.setenv("FUNCGRAD_OPT", "3")
+    assert cpu.optimization_level(tiled(product, 64, 6)) == 3
+
+
+def test_the_pipelines_compute_the_same_bits(llvm: compiler.LLVMCompiler) -> None:
+    for kernel in (tiled(product_kernel(48, 100, 80, epilogue=True), 64, 6), tiled(conv_kernel(), 32, 4)):
+        source = render_llvm(kernel)
+        inputs = random_inputs(kernel, seed=3)
+        results = [run_object(kernel, llvm.compile(source, number), inputs) for number in sorted(compiler.PIPELINES)]
+        for other in results[1:]:
+            for want, got in zip(results[0], other):
+                np.testing.assert_array_equal(got, want)
+
+
+def test_the_disk_caches_keep_the_pipelines_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    device = cpu.CPUDevice(cache_dir=tmp_path)
+    kernel = tiled(product_kernel(64, 256, 128), 64, 6)
+    prepared = device._prepare(kernel)
+    assert not isinstance(prepared, cpu.CompiledKernel) and prepared[2] == 4
+    monkeypatch.setenv("FUNCGRAD_OPT", "3")
+    at_o3 = device._prepare(kernel)
+    assert not isinstance(at_o3, cpu.CompiledKernel) and at_o3[2] == 3
+    assert at_o3[3] != prepared[3], "another pipeline's object code has another disk-cache key"
+    fingerprint = cpu.host_target().fingerprint
+    monkeypatch.setitem(compiler.PIPELINES, 4, (3, ()))
+    assert cpu.host_target().fingerprint != fingerprint, "changing a pipeline changes every key and stored plan"
+
+
+def test_an_unknown_pipeline_is_refused_by_number(llvm: compiler.LLVMCompiler) -> None:
+    source = render_llvm(erf_kernel())
+    with pytest.raises(ValueError, match="unknown LLVM pipeline 9"):
+        llvm.compile(source, 9)
+    client = compiler.WorkerClient(idle_seconds=0)
+    try:
+        with pytest.raises(RuntimeError, match="unknown LLVM pipeline 9"):
+            client.compile(source, 9)
+        assert client.compile(source, 3) == llvm.compile(source, 3), "and the worker keeps serving"
+    finally:
+        client.close()
+
+
+def test_compiling_threads_do_not_wait_for_llvmlites_lock(llvm: compiler.LLVMCompiler) -> None:
+    """llvmlite runs every LLVM call under one process-wide lock; a thread compiling in its own
+    context skips it, so two threads compile at once. Here another thread holds that lock
+    throughout: a compiling thread that waited for it would never finish."""
+    from llvmlite.binding import ffi
+    source = render_llvm(erf_kernel("erf_while_locked"))
+    want = llvm.compile(source, 3)
+    got: list[bytes] = []
+    compiled = threading.Event()
+
+    def compile_once() -> None:
+        got.append(llvm.compile(source, 3))
+        compiled.set()  # (the thread's own context is freed as it ends, under the lock: not waited for here)
+
+    with ffi.lib._lock:
+        threading.Thread(target=compile_once, daemon=True).start()
+        finished = compiled.wait(timeout=120)
+    assert finished, "the compiling thread waited for llvmlite's lock"
+    assert got == [want]
+
+
+def test_a_garbage_collection_in_a_compiling_thread_takes_llvmlites_lock(llvm: compiler.LLVMCompiler) -> None:
+    """A collection may free llvmlite objects of the global context (another thread's), which
+    need the lock even in a thread that compiles in its own context."""
+    lock = llvm.unlocked
+    assert lock is not None, "this llvmlite keeps its lock where funcgrad expects it"
+    seen: list[bool] = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            seen.append(getattr(lock.skipping, "on", False))
+
+    with lock.skipped():
+        Cycle()
+        gc.collect()
+        still_skipping = lock.skipping.on
+    assert seen == [False], "finalizers run by the collection take the lock"
+    assert still_skipping and not lock.skipping.on
+
+
+def test_threads_compiling_at_once_emit_what_one_thread_emits(llvm: compiler.LLVMCompiler) -> None:
+    kernels = [tiled(product_kernel(48, 100, 80, epilogue=True), 64, 6), tiled(conv_kernel(), 32, 4),
+               erf_kernel("erf_in_threads"), product_kernel(40, 30, 50)]
+    jobs = [(render_llvm(kernel), cpu.optimization_level(kernel)) for kernel in kernels]
+    want = [llvm.compile(source, number) for source, number in jobs]
+    results: dict[int, list[bytes]] = {}
+
+    def compile_all(worker: int) -> None:
+        order = jobs if worker % 2 == 0 else jobs[::-1]
+        emitted = [llvm.compile(source, number) for source, number in order]
+        results[worker] = emitted if worker % 2 == 0 else emitted[::-1]
+
+    threads = [threading.Thread(target=compile_all, args=(worker,)) for worker in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(results[worker] == want for worker in range(3))
