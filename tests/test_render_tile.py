@@ -163,14 +163,17 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
     big = product_kernel(256, 256, 256)
     assert render_tile.tile_opts(big) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
     assert render_tile.tile_opts(product_kernel(4, 4, 4)) is None  # too small to gain
-    assert render_tile.tile_opts(product_kernel(512, 256, 10)) == (Opt("tile", 1, 16), Opt("upcast", 0, 16))
+    # a small product (1.3M multiply-adds) runs on one thread: a worker's wake-up costs what it saves
+    assert render_tile.tile_opts(product_kernel(512, 256, 10)) == (Opt("tile", 1, 16), Opt("upcast", 0, 16),
+                                                                   Opt("thread", 0, 1))
     assert render_tile.tile_opts(product_kernel(512, 256, 7)) is None  # under 8 columns
     ints = kernels_of(lambda a, b: a @ b, np.ones((128, 128), np.int32), np.ones((128, 128), np.int32))[0]
     assert render_tile.tile_opts(ints) is None
     # a sum whose column-varying operand is not contiguous along the columns (a transposed read) is packed
     strided = kernels_of(lambda a, b: a @ b.T, np.ones((256, 256), np.float32), np.ones((256, 256), np.float32))[0]
     assert render_tile._packable(strided) and not render_tile._packable(big)
-    assert render_tile.tile_opts(strided) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
+    # its threads split the columns (swap(0, 1)), so each packs only its own panels
+    assert render_tile.tile_opts(strided) == (Opt("tile", 1, 64), Opt("upcast", 0, 6), Opt("swap", 0, 1))
     # ... but not when the column factor also moves with the rows (no shared panel to pack)
     a = np.ones((128, 128), np.float32)
     both = kernels_of(lambda a, b, c: (a[:, None, :] * b[None, :, :] * c[:, :, None]).sum(-1), a, a, a)[0]
@@ -286,3 +289,87 @@ def test_transposed_products_and_gradients_through_jit(monkeypatch: pytest.Monke
     np.testing.assert_allclose(gx, dh @ w164.T, rtol=2e-4, atol=1e-3)
     lowered = fg.jit(fg.grad(loss, argnums=0)).lower(x, w1, w2)
     assert any("%inpack" in info.source for info in lowered.kernels)
+
+
+ROW_PACKED_SHAPES = [(37, 19, 16), (14, 300, 64), (23, 7, 97), (40, 70, 10), (100, 33, 130)]
+
+
+def row_packed_kernels(m: int, k: int, n: int) -> list[Kernel]:
+    """``relu(A) @ B + bias`` (the row factor's loads run along the terms: packed ``[row][term]``) and
+    ``relu(A).T @ G`` (they run along the rows: packed ``[term][row]``), as an MLP's next layer and
+    weight gradient."""
+    a, b, bias, at = (np.ones(s, np.float32) for s in ((m, k), (k, n), (n,), (k, m)))
+    forward = kernels_of(lambda a, b, bias: fnp.maximum(a, 0.0) @ b + bias, a, b, bias)[0]
+    gradient = kernels_of(lambda at, g: fnp.maximum(at, 0.0).T @ g, at, b)[0]
+    return [forward, gradient]
+
+
+@pytest.mark.parametrize("m,k,n", ROW_PACKED_SHAPES, ids=lambda v: str(v))
+def test_computed_row_factors_are_packed_per_chunk(device: CPUDevice, m: int, k: int, n: int) -> None:
+    """A row factor that is computed (``max(h, 0)``) is evaluated once per chunk of rows into a stack
+    buffer: every tile shape, short blocks, short chunks over several threads, remainder rows and
+    masked columns, both buffer layouts; NaN propagates through the packed factor."""
+    for kernel, layout in zip(row_packed_kernels(m, k, n), ("[row][term]", "[term][row]")):
+        inputs = random_inputs(kernel, seed=12)
+        clean = [x.copy() for x in inputs]
+        inputs[0].flat[5] = np.nan
+        (want,) = run(device, attrs.evolve(kernel, opts=None), inputs)
+        extras = ((), (Opt("split", 0, 3),), (Opt("tile", 0, 12), Opt("thread", 0, 3)), (Opt("thread", 0, 2),))
+        for (width, height), extra in zip(render_tile.TILES, extras):
+            variant = attrs.evolve(kernel, opts=(*tiled(kernel, width, height).opts, *extra))
+            assert "%inrows" in render_llvm(variant), layout
+            (got,) = run(device, variant, inputs)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            assert_matches_reference(variant, run(device, variant, clean), clean)
+
+
+def test_row_factor_packing_needs_a_computed_factor_that_fits() -> None:
+    plain = product_kernel(256, 256, 256)
+    assert "%inrows" not in render_llvm(attrs.evolve(plain, opts=render_tile.tile_opts(plain)))
+    forward, gradient = row_packed_kernels(256, 256, 256)
+    for kernel in (forward, gradient):
+        assert "%inrows" in render_llvm(attrs.evolve(kernel, opts=render_tile.tile_opts(kernel)))
+    long_sum = row_packed_kernels(96, 1024, 64)[0]  # 96 rows x 1024 terms: 384 KB, over ROW_PACK_BYTES
+    assert "%inrows" not in render_llvm(attrs.evolve(long_sum, opts=render_tile.tile_opts(long_sum)))
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_threads_may_split_the_columns(device: CPUDevice, threads: int) -> None:
+    """``swap(0, 1)`` on a 2-D tile: each thread takes a range of column panels (the last one, masked,
+    by the thread whose range ends there; with more threads than panels some get none) over every
+    row, for a packed ``A @ B.T`` and a plain ``A @ B``."""
+    a, b, bt = np.ones((45, 70), np.float32), np.ones((70, 130), np.float32), np.ones((130, 70), np.float32)
+    for kernel in (kernels_of(lambda a, b: a @ b.T, a, bt)[0], kernels_of(lambda a, b: a @ b, a, b)[0]):
+        inputs = random_inputs(kernel, seed=13)
+        for width, height in ((64, 6), (16, 16)):
+            opts = (*tiled(kernel, width, height).opts, Opt("swap", 0, 1), Opt("thread", 0, threads))
+            variant = attrs.evolve(kernel, opts=opts)
+            assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+def test_column_split_is_checked() -> None:
+    kernel = product_kernel(64, 64, 64)
+    render_tile.check_tile_opts(kernel, (Opt("tile", 1, 32), Opt("upcast", 0, 4), Opt("swap", 0, 1)))
+    batched = kernels_of(lambda a, b: fnp.einsum("bij,bjk->bik", a, b), np.ones((3, 17, 20), np.float32),
+                         np.ones((3, 20, 40), np.float32))[0]
+    with pytest.raises(ValueError, match="swap"):
+        render_tile.check_tile_opts(batched, (Opt("tile", 2, 32), Opt("upcast", 1, 4), Opt("swap", 0, 1)))
+
+
+def test_large_contiguous_products_pack_their_panels(device: CPUDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A product whose column operand is far beyond L2 packs it although it is contiguous, with long
+    chunks and short blocks (the thresholds lowered here so a small ragged product takes that path)."""
+    kernel = product_kernel(130, 150, 100, epilogue=True)
+    assert not render_tile._packable(kernel)
+    monkeypatch.setattr(render_tile, "LARGE_ROWS", 100)
+    monkeypatch.setattr(render_tile, "LARGE_BYTES", 1 << 14)
+    monkeypatch.setattr(render_tile, "SMALL_TILE_WORK", 0)
+    assert render_tile._packable(kernel)
+    opts = render_tile.tile_opts(kernel)
+    assert opts == (Opt("tile", 1, 64), Opt("upcast", 0, 6), Opt("tile", 0, 516), Opt("split", 0, 128))
+    inputs = random_inputs(kernel, seed=14)
+    for extra in ((), (Opt("thread", 0, 2),), (Opt("tile", 0, 12), Opt("split", 0, 5), Opt("thread", 0, 3))):
+        variant = attrs.evolve(kernel, opts=(*opts, *extra) if not extra or extra[0].action == "thread"
+                               else (*tiled(kernel, 64, 6).opts, *extra))
+        assert "%inpack" in render_llvm(variant)
+        assert_matches_reference(variant, run(device, variant, inputs), inputs)

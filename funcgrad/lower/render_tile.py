@@ -42,13 +42,18 @@ TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast
 MIN_COLUMNS = 8  # narrower rows (a 10-class output layer) run as one masked vector from 8 columns on
 MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than they gain
 MIN_PACKED_TERMS = 8  # ... except against a transposed operand's strided scalar loops (10 terms: 6.7x faster)
+SMALL_TILE_WORK = 1 << 22  # multiply-adds below which a tile runs on one thread (~100 us on one core)
+LARGE_ROWS, LARGE_BYTES = 1024, 1 << 22  # products whose contiguous column operand is packed too (_large)
+LARGE_CHUNK_ROWS, LARGE_BLOCK = 512, 128  # their rows per chunk and terms per reduction block
+ROW_PACK_BYTES = 1 << 18  # a chunk's computed row factor (all its terms) packed on the stack at most
 PACKED_CHUNK_ROWS = 384  # a packed panel is built once per chunk of rows: longer chunks pay for it less often
 # column-varying operations the tile renders (max/min propagate NaN, as the scalar renderer's)
 VECTOR_OPS = {"add": "fadd {t} {x}, {y}", "sub": "fsub {t} {x}, {y}", "mul": "fmul {t} {x}, {y}",
               "max": "call {t} @llvm.maximum.v16f32({t} {x}, {t} {y})",
               "min": "call {t} @llvm.minimum.v16f32({t} {x}, {t} {y})"}
 ROW, COLUMN, OUTER = "m", "c", "o"  # the tile's loop variables: row, column, outer row
-PANEL, BLOCK = "tpanel", "tblock"  # a packed panel's first column and its reduction block's first term
+# first column of a packed panel, first term of a reduction block, first row of a chunk
+PANEL, BLOCK, CHUNK = "tpanel", "tblock", "tchunk0"
 # (columns, rows) of the register tile, widest first; each keeps 24-28 of the 32 vector registers as
 # accumulators (6 x 64 and 8 x 48 measured ~1.3x faster than 14 x 32 on a 1024 product here)
 TILES = ((64, 6), (48, 8), (32, 14), (16, 16))  # the tile's loop variables: flattened row, column
@@ -58,6 +63,18 @@ def _depends(e: KExpr, name: str, memo: dict[KExpr, bool]) -> bool:
     if e not in memo:
         memo[e] = (e.op == "var" and e.arg == name) or any(_depends(a, name, memo) for a in e.args)
     return memo[e]
+
+
+def _nodes(e: KExpr) -> list[KExpr]:
+    """``e`` and every node below it, depth first (shared nodes once)."""
+    seen: dict[KExpr, None] = {}
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen[node] = None
+            stack.extend(reversed(node.args))
+    return list(seen)
 
 
 def _vectorisable(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
@@ -93,7 +110,15 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     if len(kernel.shape) >= 3:  # the row axis in equal blocks (20 rows: 2 x 10, not 14 + 6)
         blocks = -(-kernel.shape[-2] // height)
         height = -(-kernel.shape[-2] // blocks)
-    return (Opt("tile", len(kernel.shape) - 1, width), Opt("upcast", len(kernel.shape) - 2, height))
+    opts: tuple[Opt, ...] = (Opt("tile", len(kernel.shape) - 1, width), Opt("upcast", len(kernel.shape) - 2, height))
+    if work < SMALL_TILE_WORK:  # waking a worker costs more than half of such a kernel saves
+        return (*opts, Opt("thread", 0, 1))
+    if len(kernel.shape) == 2 and _packable(kernel):
+        if _large(kernel):  # long chunks amortise the packing; a block's packed panel (32 KB) stays in L1
+            opts = (*opts, Opt("tile", 0, height * -(-LARGE_CHUNK_ROWS // height)), Opt("split", 0, LARGE_BLOCK))
+        elif -(-columns // width) >= 4:  # threads take column panels: each packs only its own strided panels
+            opts = (*opts, Opt("swap", 0, 1))
+    return opts
 
 
 def tile_candidates(kernel: Kernel) -> list[tuple[Opt, ...]]:
@@ -121,6 +146,9 @@ def check_tile_opts(kernel: Kernel, opts: tuple[Opt, ...]) -> None:
     for opt in opts:
         if opt.action == "pad":
             raise ValueError("the register tile masks its last columns itself: it takes no pad action")
+        if opt.action == "swap" and (len(kernel.shape) != 2 or (opt.axis, opt.amount) != (0, 1)):
+            raise ValueError(f"kernel {kernel.name}: swap(0, 1) on a tile has threads split the columns of a 2-D "
+                             f"kernel, not its rows; got {opt} on a kernel of shape {kernel.shape}")
         if opt.action in ("reorder", "unroll", "vectorize"):
             raise ValueError(f"a register-tiled kernel takes no {opt.action} action (its loops are its own)")
 
@@ -156,9 +184,16 @@ def _packable(kernel: Kernel) -> bool:
     if not _float_sum(kernel) or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
         return False
     assert kernel.reduce_expr is not None
-    if _vectorisable(kernel.reduce_expr, "g1", {}):
+    if _vectorisable(kernel.reduce_expr, "g1", {}) and not _large(kernel):
         return False
     return _split_product(kernel.reduce_expr, "g1", "g0") is not None
+
+
+def _large(kernel: Kernel) -> bool:
+    """A 2-D product whose column operand (terms x columns) is far beyond L2 and whose rows are many:
+    its column panels are packed even when contiguous (rows 8 KB apart map a panel's block onto a few
+    cache sets; packed, the 2048 product went from 102 to 110 GFLOP/s on one thread here)."""
+    return kernel.shape[0] >= LARGE_ROWS and kernel.shape[1] * kernel.reduce_shape[0] * FLOAT32.itemsize >= LARGE_BYTES
 
 
 def _replace(e: KExpr, table: dict[str, KExpr], memo: dict[KExpr, KExpr]) -> KExpr:
@@ -213,6 +248,8 @@ class _Tile:
         self.width, self.height, self.chunk, self.block = tile_shape(kernel)
         self.columns = kernel.shape[-1]
         self.row_count = int(np.prod(kernel.shape[:-1]))
+        self.split_columns = len(kernel.shape) == 2 and any(
+            opt.action == "swap" and (opt.axis, opt.amount) == (0, 1) for opt in kernel.opts or ())
         # 2-D kernels tile their rows (split across threads) with a remainder of single rows; higher
         # ranks loop over the outer rows (every axis before the last two) and tile the row axis whole,
         # a remainder block of rows included, so a row's address is the tile's plus a constant
@@ -228,10 +265,13 @@ class _Tile:
             stride *= kernel.shape[axis]
         if self.nested:
             self.chunk = self.row_extent
+        else:  # a chunk never holds more rows than the kernel has (its stack buffers are sized by it)
+            self.chunk = min(self.chunk, self.row_count)
         memo: dict[KExpr, KExpr] = {}
         assert kernel.reduce_expr is not None
         self.reduce_expr = _replace(kernel.reduce_expr, table, memo)
         self.packed = _split_product(self.reduce_expr, COLUMN, ROW) if _packable(kernel) else None
+        self.row_pack = self.row_packing()
         self.outputs = tuple(_replace(e, table, memo) for e in kernel.outputs)
         self.allocas: list[str] = []
         self.count = 0
@@ -244,6 +284,65 @@ class _Tile:
                            f"{self.vector})",
             "max": f"declare {self.vector} @llvm.maximum.v{LANES}f32({self.vector}, {self.vector})",
             "min": f"declare {self.vector} @llvm.minimum.v{LANES}f32({self.vector}, {self.vector})"}
+
+    def row_packing(self) -> tuple[KExpr, KExpr, bool] | None:
+        """(row factor, column factor, terms contiguous) when the row factor of a 2-D product over one
+        loop is computed (``max(h, 0) * W``: an activation fused into the next layer) and a chunk of it
+        fits ``ROW_PACK_BYTES``: it is then evaluated once per chunk into a stack buffer, not once per
+        column panel, and its broadcasts become plain loads."""
+        kernel = self.kernel
+        if self.nested or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
+            return None
+        split = _split_product(self.reduce_expr, COLUMN, ROW)
+        if split is None or split[0].op == "load" or not _depends(split[0], "r0", {}):
+            return None
+        if self.chunk * kernel.reduce_shape[0] * FLOAT32.itemsize > ROW_PACK_BYTES:
+            return None
+        loads = [e for e in _nodes(split[0]) if e.op == "load"]
+        terms = _affine(loads[0].args[0]) if loads else None
+        return split[0], split[1], terms is not None and terms.get(var("r0")) == 1
+
+    def pack_rows(self) -> None:
+        """Evaluate the row factor for the chunk's rows and every term into ``%inrows`` (layout
+        ``[row][term]`` when its loads run along the terms, else ``[term][row]``, so the loop that
+        fills it reads its source contiguously)."""
+        assert self.row_pack is not None
+        b = self.b
+        factor, _, along_terms = self.row_pack
+        extent = self.kernel.reduce_shape[0]
+        self.allocas.append(f"%inrows = alloca [{self.chunk * extent} x float], align 64")
+        saved = dict(b.cache)
+        rows, terms = self.loop_name("prow"), self.loop_name("pterm")
+        loops = [(rows, self.chunk_start, self.chunk_end), (terms, "0", str(extent))]
+        for name, low, high in loops if along_terms else loops[::-1]:
+            b.open_loop(name, low, high)
+        b.var_names[ROW], b.var_names["r0"] = rows, terms
+        value = b.value(factor)
+        local = b.instantiate("{out} = sub i64 %" + rows + ", " + self.chunk_start)
+        if along_terms:
+            offset = b.instantiate("{out} = mul i64 {x}, " + str(extent), x=local)
+            offset = b.instantiate("{out} = add i64 {x}, %" + terms, x=offset)
+        else:
+            offset = b.instantiate("{out} = mul i64 %" + terms + ", " + str(self.chunk))
+            offset = b.instantiate("{out} = add i64 {x}, {y}", x=offset, y=local)
+        slot = b.instantiate("{out} = getelementptr inbounds float, ptr %inrows, i64 {i}", i=offset)
+        b.emit(f"store float {value}, ptr {slot}")
+        for name, _, _ in loops[::-1] if along_terms else loops:
+            b.close_loop(name)
+        del b.var_names[ROW], b.var_names["r0"]
+        b.cache = saved
+
+    def row_term(self) -> KExpr:
+        """The product's row factor as the tile reads it: a load from the packed rows, or the factor."""
+        assert self.row_pack is not None or self.packed is not None
+        if self.row_pack is None:
+            assert self.packed is not None
+            return self.packed[0]
+        extent, along_terms = self.kernel.reduce_shape[0], self.row_pack[2]
+        local = alu("sub", var(ROW), var(CHUNK))
+        index = alu("add", alu("mul", local, const(extent, INDEX)), var("r0")) if along_terms else \
+            alu("add", alu("mul", var("r0"), const(self.chunk, INDEX)), local)
+        return KExpr("load", FLOAT32, (index,), "rows")
 
     def declare(self, name: str) -> None:
         if name in self.declarations:
@@ -267,6 +366,8 @@ class _Tile:
             self.chunk_start, self.chunk_end = "0", str(self.row_extent)
         else:
             bounds = ("0", "1") if len(self.kernel.shape) == 1 else ("%start", "%end")  # rank 1: one row
+            if self.split_columns:  # every row; the thread's share of axis 0 picks its column panels
+                bounds = ("0", str(self.row_count))
             b.emit(f"%tile.lo = add i64 {bounds[0]}, 0\n%tile.hi = add i64 {bounds[1]}, 0")
             chunk = outer = self.loop_name("chunk")
             b.open_loop(chunk, "%tile.lo", "%tile.hi")
@@ -274,17 +375,39 @@ class _Tile:
             short = b.instantiate("{out} = icmp slt i64 {x}, %tile.hi", x=after)
             self.chunk_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 %tile.hi", c=short, x=after)
             self.chunk_start = f"%{chunk}"
+            b.var_names[CHUNK] = chunk
+            if self.row_pack is not None:
+                self.pack_rows()
         full = self.columns - self.columns % self.width
+        tail = self.columns - full
+        spans = ["0", str(full), str(full), str(full + 1)]  # columns of the whole panels, the tail's panel
+        if self.split_columns:  # this thread's panels: [start, end) of axis 0 scaled to the panel count
+            panels, outer_extent = full // self.width + (1 if tail else 0), self.kernel.shape[0]
+            first, last = (b.instantiate("{out} = udiv i64 {x}, " + str(outer_extent),
+                                         x=b.instantiate("{out} = mul i64 %" + end + ", " + str(panels)))
+                           for end in ("start", "end"))
+            whole = full // self.width
+            low = b.instantiate("{out} = mul i64 {x}, " + str(self.width), x=first)
+            capped = b.instantiate("{out} = call i64 @llvm.umin.i64(i64 {x}, i64 " + str(whole) + ")", x=last)
+            high = b.instantiate("{out} = mul i64 {x}, " + str(self.width), x=capped)
+            tail_low = b.instantiate("{out} = call i64 @llvm.umax.i64(i64 {x}, i64 " + str(whole) + ")", x=first)
+            spans = [low, high, tail_low, last]
         if full:
             column = self.loop_name("col")
-            b.open_loop(column, "0", str(full))
+            b.open_loop(column, spans[0], spans[1])
             self.panel(f"%{column}", self.width // LANES, 0)
             b.close_loop(column, self.width)
-        tail = self.columns - full
         if tail:
-            self.panel(str(full), -(-tail // LANES), tail % LANES)
+            if self.split_columns:  # the thread whose share ends at the last panel runs the tail
+                last_panel = self.loop_name("tail")
+                b.open_loop(last_panel, spans[2], spans[3])
+                self.panel(str(full), -(-tail // LANES), tail % LANES)
+                b.close_loop(last_panel)
+            else:
+                self.panel(str(full), -(-tail // LANES), tail % LANES)
         b.close_loop(outer, 1 if self.nested else self.chunk)
         b.var_names.pop(OUTER, None)
+        b.var_names.pop(CHUNK, None)
         b.lines[entry:entry] = ["  " + line for line in self.allocas]
 
     def panel(self, column: str, vectors: int, masked_lanes: int) -> None:
@@ -312,7 +435,12 @@ class _Tile:
         after = b.instantiate("{out} = add i64 %" + block + ", " + str(self.block))
         short = b.instantiate("{out} = icmp slt i64 {x}, " + str(extent), x=after)
         block_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 " + str(extent), c=short, x=after)
-        expr = self.pack(column, vectors, masked_lanes, block, block_end, stride) if self.packed else self.reduce_expr
+        if self.packed:
+            expr = self.pack(column, vectors, masked_lanes, block, block_end, stride)
+        elif self.row_pack is not None:
+            expr = KExpr("mul", FLOAT32, (self.row_term(), self.row_pack[1]))
+        else:
+            expr = self.reduce_expr
         arguments = (expr, column, vectors, mask, f"%{block}", block_end, buffer, stride)
         if self.nested:  # whole blocks of rows, then one block of the remaining rows
             height = min(self.height, self.row_extent)
@@ -347,16 +475,21 @@ class _Tile:
         reads it (the row factor times a load from the buffer, contiguous along the columns)."""
         assert self.packed is not None
         b = self.b
-        row_factor, column_factor = self.packed
+        column_factor = self.packed[1]
         name = f"pack{self.count}"
         self.allocas.append(f"%in{name} = alloca [{self.block * stride} x float], align 64")
         saved = dict(b.cache)
         columns = (vectors - 1) * LANES + masked_lanes if masked_lanes else stride
+        along = _vectorisable(column_factor, COLUMN, {})
         across = self.loop_name("pc")  # columns outermost: the factor's own loads run along the reduction
-        b.open_loop(across, "0", str(columns))
-        b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", %" + across)[1:]
         down = self.loop_name("pk")
-        b.open_loop(down, f"%{block}", block_end)
+        if along:
+            b.open_loop(down, f"%{block}", block_end)
+            b.open_loop(across, "0", str(columns))
+        else:
+            b.open_loop(across, "0", str(columns))
+            b.open_loop(down, f"%{block}", block_end)
+        b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", %" + across)[1:]
         b.var_names["r0"] = down
         value = b.value(column_factor)
         term = b.instantiate("{out} = sub i64 %" + down + ", %" + block)
@@ -364,13 +497,17 @@ class _Tile:
         offset = b.instantiate("{out} = add i64 {x}, %" + across, x=offset)
         slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + ", i64 {i}", i=offset)
         b.emit(f"store float {value}, ptr {slot}")
-        b.close_loop(down)
-        b.close_loop(across)
+        if along:
+            b.close_loop(across)
+            b.close_loop(down)
+        else:
+            b.close_loop(down)
+            b.close_loop(across)
         del b.var_names[COLUMN], b.var_names["r0"]
         b.cache = saved
         index = alu("add", alu("mul", alu("sub", var("r0"), var(BLOCK)), const(stride, INDEX)),
                     alu("sub", var(COLUMN), var(PANEL)))
-        return KExpr("mul", FLOAT32, (row_factor, KExpr("load", FLOAT32, (index,), name)))
+        return KExpr("mul", FLOAT32, (self.row_term(), KExpr("load", FLOAT32, (index,), name)))
 
     def micro(self, row: str, height: int, reduce_expr: KExpr, column: str, vectors: int, mask: str | None, low: str,
               high: str, buffer: str, stride: int) -> None:
