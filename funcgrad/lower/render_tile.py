@@ -44,7 +44,8 @@ MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than
 MIN_PACKED_TERMS = 8  # ... except against a transposed operand's strided scalar loops (10 terms: 6.7x faster)
 SMALL_TILE_WORK = 1 << 22  # multiply-adds below which a tile runs on one thread (~100 us on one core)
 LARGE_ROWS, LARGE_BYTES = 1024, 1 << 22  # products whose contiguous column operand is packed too (_large)
-LARGE_CHUNK_ROWS, LARGE_BLOCK = 512, 128  # their rows per chunk and terms per reduction block
+LARGE_CHUNK_ROWS = 512  # their rows per chunk
+PACKED_BLOCK_TERMS = 128  # a packed panel's block: 128 terms x 64 columns (32 KB) stays in L1
 ROW_PACK_BYTES = 1 << 18  # a chunk's computed row factor (all its terms) packed on the stack at most
 PACKED_CHUNK_ROWS = 384  # a packed panel is built once per chunk of rows: longer chunks pay for it less often
 # column-varying operations the tile renders (max/min propagate NaN, as the scalar renderer's)
@@ -114,8 +115,8 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     if work < SMALL_TILE_WORK:  # waking a worker costs more than half of such a kernel saves
         return (*opts, Opt("thread", 0, 1))
     if len(kernel.shape) == 2 and _packable(kernel):
-        if _large(kernel):  # long chunks amortise the packing; a block's packed panel (32 KB) stays in L1
-            opts = (*opts, Opt("tile", 0, height * -(-LARGE_CHUNK_ROWS // height)), Opt("split", 0, LARGE_BLOCK))
+        if _large(kernel):  # long chunks amortise the packing
+            opts = (*opts, Opt("tile", 0, height * -(-LARGE_CHUNK_ROWS // height)))
         elif -(-columns // width) >= 4:  # threads take column panels: each packs only its own strided panels
             opts = (*opts, Opt("swap", 0, 1))
     return opts
@@ -235,7 +236,7 @@ def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
     inner = int(np.prod(kernel.reduce_shape[1:]))
     rows = PACKED_CHUNK_ROWS if _packable(kernel) else CHUNK_ROWS
     chunk = chunk if chunk > 0 else height * -(-rows // height)
-    block = block if block > 0 else max(1, BLOCK_TERMS // max(1, inner))
+    block = block if block > 0 else PACKED_BLOCK_TERMS if _packable(kernel) else max(1, BLOCK_TERMS // max(1, inner))
     return width, height, max(chunk, height), block
 
 
@@ -478,36 +479,85 @@ class _Tile:
         column_factor = self.packed[1]
         name = f"pack{self.count}"
         self.allocas.append(f"%in{name} = alloca [{self.block * stride} x float], align 64")
-        saved = dict(b.cache)
         columns = (vectors - 1) * LANES + masked_lanes if masked_lanes else stride
+        terms = _affine(column_factor.args[0]) if column_factor.op == "load" else None
+        groups = columns // LANES if terms is not None and terms.get(var("r0")) == 1 else 0
+        if not groups:
+            self.pack_scalar(name, column, f"%{block}", "0", str(columns), f"%{block}", block_end, stride)
+        else:  # 16 x 16 blocks: 16 loads along the terms, transposed in registers, 16 stores along the columns
+            span = b.instantiate("{out} = sub i64 " + block_end + ", %" + block)
+            whole = b.instantiate("{out} = and i64 {x}, -" + str(LANES), x=span)
+            whole_end = b.instantiate("{out} = add i64 %" + block + ", {x}", x=whole)
+            group = self.loop_name("pg")
+            b.open_loop(group, "0", str(groups * LANES))
+            saved = dict(b.cache)
+            first = b.instantiate("{out} = add i64 " + column + ", %" + group)
+            terms_loop = self.loop_name("pt")
+            b.open_loop(terms_loop, f"%{block}", whole_end)
+            self.pack_block(name, column_factor, first, f"%{group}", terms_loop, f"%{block}", stride)
+            b.close_loop(terms_loop, LANES)
+            b.cache = dict(saved)
+            after = b.instantiate("{out} = add i64 %" + group + ", " + str(LANES))
+            self.pack_scalar(name, column, f"%{block}", f"%{group}", after, whole_end, block_end, stride)
+            b.cache = saved
+            b.close_loop(group, LANES)
+            if groups * LANES < columns:
+                self.pack_scalar(name, column, f"%{block}", str(groups * LANES), str(columns), f"%{block}", block_end,
+                                 stride)
+        index = alu("add", alu("mul", alu("sub", var("r0"), var(BLOCK)), const(stride, INDEX)),
+                    alu("sub", var(COLUMN), var(PANEL)))
+        return KExpr("mul", FLOAT32, (self.row_term(), KExpr("load", FLOAT32, (index,), name)))
+
+    def pack_scalar(self, name: str, column: str, block: str, low: str, high: str, first: str, last: str,
+                    stride: int) -> None:
+        """Pack the column factor at panel columns [low, high) and terms [first, last), one value at a
+        time (columns outermost unless the factor's loads run along the columns)."""
+        assert self.packed is not None
+        b = self.b
+        column_factor = self.packed[1]
+        saved = dict(b.cache)
         along = _vectorisable(column_factor, COLUMN, {})
-        across = self.loop_name("pc")  # columns outermost: the factor's own loads run along the reduction
-        down = self.loop_name("pk")
-        if along:
-            b.open_loop(down, f"%{block}", block_end)
-            b.open_loop(across, "0", str(columns))
-        else:
-            b.open_loop(across, "0", str(columns))
-            b.open_loop(down, f"%{block}", block_end)
+        across, down = self.loop_name("pc"), self.loop_name("pk")
+        loops = [(across, low, high), (down, first, last)]
+        for loop, start, end in loops[::-1] if along else loops:
+            b.open_loop(loop, start, end)
         b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", %" + across)[1:]
         b.var_names["r0"] = down
         value = b.value(column_factor)
-        term = b.instantiate("{out} = sub i64 %" + down + ", %" + block)
+        term = b.instantiate("{out} = sub i64 %" + down + ", " + block)
         offset = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=term)
         offset = b.instantiate("{out} = add i64 {x}, %" + across, x=offset)
         slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + ", i64 {i}", i=offset)
         b.emit(f"store float {value}, ptr {slot}")
-        if along:
-            b.close_loop(across)
-            b.close_loop(down)
-        else:
-            b.close_loop(down)
-            b.close_loop(across)
+        for loop, _, _ in loops if along else loops[::-1]:
+            b.close_loop(loop)
         del b.var_names[COLUMN], b.var_names["r0"]
         b.cache = saved
-        index = alu("add", alu("mul", alu("sub", var("r0"), var(BLOCK)), const(stride, INDEX)),
-                    alu("sub", var(COLUMN), var(PANEL)))
-        return KExpr("mul", FLOAT32, (self.row_term(), KExpr("load", FLOAT32, (index,), name)))
+
+    def pack_block(self, name: str, load: KExpr, first: str, local: str, terms: str, block: str, stride: int) -> None:
+        """Pack 16 columns from ``first`` (``local`` within the panel) x 16 terms from ``%terms`` of a
+        column factor that is one load contiguous along the terms: 16 vector loads, transposed with
+        shuffles (render_transpose.transpose_rows), 16 vector stores into the panel."""
+        from funcgrad.lower.render_transpose import transpose_rows
+        b = self.b
+        saved = dict(b.cache)
+        b.var_names[COLUMN], b.var_names["r0"] = first[1:], terms
+        rows = []
+        for lane in range(LANES):
+            pointer = b.instantiate("{out} = getelementptr inbounds float, ptr %in{n}, i64 {i}", n=load.arg,
+                                    i=b.value(substitute(load.args[0], COLUMN, lane)))
+            rows.append(b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 4", p=pointer))
+        columns = transpose_rows(rows, lambda x, y, mask: b.instantiate(
+            "{out} = shufflevector " + self.vector + " {x}, " + self.vector + " {y}, <16 x i32> " + mask, x=x, y=y))
+        term = b.instantiate("{out} = sub i64 %" + terms + ", " + block)
+        base = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=term)
+        base = b.instantiate("{out} = add i64 {x}, " + local, x=base)
+        for number, value in enumerate(columns):
+            offset = b.instantiate("{out} = add i64 {x}, " + str(number * stride), x=base)
+            slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + ", i64 {i}", i=offset)
+            b.emit(f"store {self.vector} {value}, ptr {slot}, align 64")
+        del b.var_names[COLUMN], b.var_names["r0"]
+        b.cache = saved
 
     def micro(self, row: str, height: int, reduce_expr: KExpr, column: str, vectors: int, mask: str | None, low: str,
               high: str, buffer: str, stride: int) -> None:
