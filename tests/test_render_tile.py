@@ -331,8 +331,13 @@ def test_row_factor_packing_needs_a_computed_factor_that_fits() -> None:
     forward, gradient = row_packed_kernels(256, 256, 256)
     for kernel in (forward, gradient):
         assert "%inrows" in render_llvm(attrs.evolve(kernel, opts=render_tile.tile_opts(kernel)))
-    long_sum = row_packed_kernels(96, 1024, 64)[0]  # 96 rows x 1024 terms: 384 KB, over ROW_PACK_BYTES
-    assert "%inrows" not in render_llvm(attrs.evolve(long_sum, opts=render_tile.tile_opts(long_sum)))
+    # 1024 terms: the default chunk shrinks to 60 rows (240 KB packed); a chunk of 96 rows (384 KB) is
+    # over ROW_PACK_BYTES and reads the factor unpacked
+    long_sum = row_packed_kernels(256, 1024, 64)[0]
+    opts = render_tile.tile_opts(long_sum)
+    assert opts is not None and render_tile.tile_shape(attrs.evolve(long_sum, opts=opts))[2] == 60
+    assert "%inrows" in render_llvm(attrs.evolve(long_sum, opts=opts))
+    assert "%inrows" not in render_llvm(attrs.evolve(long_sum, opts=(*opts, Opt("tile", 0, 96))))
 
 
 @pytest.mark.parametrize("threads", [2, 3, 5])

@@ -190,6 +190,16 @@ def _packable(kernel: Kernel) -> bool:
     return _split_product(kernel.reduce_expr, "g1", "g0") is not None
 
 
+def _computed_rows(kernel: Kernel) -> bool:
+    """A 2-D product over one loop whose row factor is computed (not one load) and moves with the
+    terms: the tile packs it per chunk of rows (``_Tile.row_packing``)."""
+    if not _float_sum(kernel) or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
+        return False
+    assert kernel.reduce_expr is not None
+    split = _split_product(kernel.reduce_expr, "g1", "g0")
+    return split is not None and split[0].op != "load" and _depends(split[0], "r0", {})
+
+
 def _large(kernel: Kernel) -> bool:
     """A 2-D product whose column operand (terms x columns) is far beyond L2 and whose rows are many:
     its column panels are packed even when contiguous (rows 8 KB apart map a panel's block onto a few
@@ -235,6 +245,8 @@ def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
                          f"height (tile and upcast actions), got {width} x {height}")
     inner = int(np.prod(kernel.reduce_shape[1:]))
     rows = PACKED_CHUNK_ROWS if _packable(kernel) else CHUNK_ROWS
+    if _computed_rows(kernel):  # the packed row factor of a default chunk fits ROW_PACK_BYTES
+        rows = min(rows, max(height, ROW_PACK_BYTES // (kernel.reduce_shape[0] * FLOAT32.itemsize) // height * height))
     chunk = chunk if chunk > 0 else height * -(-rows // height)
     block = block if block > 0 else PACKED_BLOCK_TERMS if _packable(kernel) else max(1, BLOCK_TERMS // max(1, inner))
     return width, height, max(chunk, height), block
@@ -292,13 +304,10 @@ class _Tile:
         fits ``ROW_PACK_BYTES``: it is then evaluated once per chunk into a stack buffer, not once per
         column panel, and its broadcasts become plain loads."""
         kernel = self.kernel
-        if self.nested or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
+        if not _computed_rows(kernel) or self.chunk * kernel.reduce_shape[0] * FLOAT32.itemsize > ROW_PACK_BYTES:
             return None
         split = _split_product(self.reduce_expr, COLUMN, ROW)
-        if split is None or split[0].op == "load" or not _depends(split[0], "r0", {}):
-            return None
-        if self.chunk * kernel.reduce_shape[0] * FLOAT32.itemsize > ROW_PACK_BYTES:
-            return None
+        assert split is not None
         loads = [e for e in _nodes(split[0]) if e.op == "load"]
         terms = _affine(loads[0].args[0]) if loads else None
         return split[0], split[1], terms is not None and terms.get(var("r0")) == 1
