@@ -163,9 +163,11 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
     big = product_kernel(256, 256, 256)
     assert render_tile.tile_opts(big) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
     assert render_tile.tile_opts(product_kernel(4, 4, 4)) is None  # too small to gain
-    # a small product (1.3M multiply-adds) runs on one thread: a worker's wake-up costs what it saves
-    assert render_tile.tile_opts(product_kernel(512, 256, 10)) == (Opt("tile", 1, 16), Opt("upcast", 0, 16),
+    # 10 columns: tiled transposed, one vector along axis 0 by 10 register rows; small (1.3M
+    # multiply-adds), so on one thread: a worker's wake-up costs what it saves
+    assert render_tile.tile_opts(product_kernel(512, 256, 10)) == (Opt("tile", 0, 16), Opt("upcast", 1, 10),
                                                                    Opt("thread", 0, 1))
+    assert render_tile.tile_opts(product_kernel(40, 256, 10)) is None  # too few rows to transpose, too small
     assert render_tile.tile_opts(product_kernel(512, 256, 7)) is None  # under 8 columns
     ints = kernels_of(lambda a, b: a @ b, np.ones((128, 128), np.int32), np.ones((128, 128), np.int32))[0]
     assert render_tile.tile_opts(ints) is None
@@ -381,3 +383,27 @@ def test_large_contiguous_products_pack_their_panels(device: CPUDevice, monkeypa
                                else (*tiled(kernel, 64, 6).opts, *extra))
         assert "%inpack" in render_llvm(variant)
         assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+TRANSPOSED_TILE_SHAPES = [(70, 19, 10), (100, 300, 8), (64, 40, 15), (129, 7, 12)]
+
+
+@pytest.mark.parametrize("m,k,n", TRANSPOSED_TILE_SHAPES, ids=lambda v: str(v))
+def test_narrow_products_tile_transposed(device: CPUDevice, m: int, k: int, n: int) -> None:
+    """Fewer than 16 columns: vectors run along axis 0 (``tile(0, w) upcast(1, n)``), one register
+    row per output column. ``relu(X).T @ Y + bias`` reads its vectors directly; ``relu(A) @ B + bias``
+    packs ``relu(A)`` in transposed 16 x 16 blocks (the max computed on the transposed vectors). Masked
+    last panels, remainder terms, short blocks, and threads splitting axis 0 (some with no panel)."""
+    x, y, a, b, bias = (np.ones(s, np.float32) for s in ((k, m), (k, n), (m, k), (k, n), (n,)))
+    direct = kernels_of(lambda x, y, bias: fnp.maximum(x, 0.0).T @ y + bias, x, y, bias)[0]
+    packed = kernels_of(lambda a, b, bias: fnp.maximum(a, 0.0) @ b + bias, a, b, bias)[0]
+    for kernel in (direct, packed):
+        assert render_tile._transposable(kernel)
+        inputs = random_inputs(kernel, seed=15)
+        for width, extra in ((16, ()), (32, (Opt("thread", 0, 3),)), (16, (Opt("split", 0, 5), Opt("thread", 0, 9)))):
+            variant = attrs.evolve(kernel, opts=(Opt("tile", 0, width), Opt("upcast", 1, n), *extra))
+            source = render_llvm(variant)
+            assert ("%inpack" in source) == (kernel is packed)
+            if kernel is packed and k >= 16:
+                assert "<i32 0, i32 16, i32 2, i32 18," in source  # a transpose round
+            assert_matches_reference(variant, run(device, variant, inputs), inputs)
