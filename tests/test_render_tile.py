@@ -11,6 +11,8 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -407,3 +409,45 @@ def test_narrow_products_tile_transposed(device: CPUDevice, m: int, k: int, n: i
             if kernel is packed and k >= 16:
                 assert "<i32 0, i32 16, i32 2, i32 18," in source  # a transpose round
             assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+@st.composite
+def tiled_products(draw: st.DrawFn) -> tuple[str, Kernel, tuple[Opt, ...]]:
+    """A 2-D product (plain, transposed operand, computed row factor, narrow) and random tile actions
+    valid for it: shape, chunk, block, threads, threads over the columns, the transposed tile."""
+    kind = draw(st.sampled_from(["a @ b", "a @ b.T", "relu(a) @ b", "relu(a).T @ b", "narrow"]))
+    m, k = draw(st.integers(1, 90)), draw(st.integers(1, 70))
+    n = draw(st.integers(8, 15)) if kind == "narrow" else draw(st.integers(16, 140))
+    first = np.ones((k, m) if kind == "relu(a).T @ b" else (m, k), np.float32)
+    second = np.ones((n, k) if kind == "a @ b.T" else (k, n), np.float32)
+    f = {"a @ b": lambda a, b: a @ b, "a @ b.T": lambda a, b: a @ b.T,
+         "relu(a) @ b": lambda a, b: fnp.maximum(a, 0.0) @ b, "relu(a).T @ b": lambda a, b: fnp.maximum(a, 0.0).T @ b,
+         "narrow": lambda a, b: fnp.maximum(a, 0.0) @ b}[kind]
+    kernel = kernels_of(f, first, second)[0]
+    transposed = kind == "narrow" and m >= 16 and draw(st.booleans())
+    width = draw(st.sampled_from([16, 32]) if transposed else st.sampled_from([w for w, _ in render_tile.TILES]))
+    height = n if transposed else draw(st.integers(1, 16))
+    opts = [Opt("tile", 0, width), Opt("upcast", 1, height)] if transposed else \
+        [Opt("tile", 1, width), Opt("upcast", 0, height)]
+    if draw(st.booleans()):
+        opts.append(Opt("tile", 1 if transposed else 0, height * draw(st.integers(1, 8))))  # rows per chunk
+    if draw(st.booleans()):
+        opts.append(Opt("split", 0, draw(st.integers(1, 80))))  # terms per block
+    if draw(st.booleans()):
+        opts.append(Opt("thread", 0, draw(st.integers(1, 5))))
+    if not transposed and draw(st.booleans()):
+        opts.append(Opt("swap", 0, 1))  # threads take column panels
+    return kind, kernel, tuple(opts)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=tiled_products(), seed=st.integers(0, 2**16))
+def test_random_tile_actions_match_the_reference(device: CPUDevice, case: tuple[str, Kernel, tuple[Opt, ...]],
+                                                 seed: int) -> None:
+    kind, kernel, opts = case
+    if not render_tile._tileable(kernel) and not render_tile._transposable(kernel):
+        return  # nothing to tile (a column factor that moves with the rows as well)
+    variant = attrs.evolve(kernel, opts=opts)
+    render_tile.check_tile_opts(kernel, opts)
+    inputs = random_inputs(kernel, seed=seed)
+    assert_matches_reference(variant, run(device, variant, inputs), inputs)
