@@ -170,6 +170,9 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
     assert render_tile.tile_opts(product_kernel(512, 256, 10)) == (Opt("tile", 0, 16), Opt("upcast", 1, 10),
                                                                    Opt("thread", 0, 1))
     assert render_tile.tile_opts(product_kernel(40, 256, 10)) is None  # too few rows to transpose, too small
+    # 10 rows: one tile of all 10 (32 columns wide), not a 6-row tile and 4 single rows
+    assert render_tile.tile_opts(product_kernel(10, 256, 576)) == (Opt("tile", 1, 32), Opt("upcast", 0, 10),
+                                                                   Opt("thread", 0, 1))
     assert render_tile.tile_opts(product_kernel(512, 256, 7)) is None  # under 8 columns
     ints = kernels_of(lambda a, b: a @ b, np.ones((128, 128), np.int32), np.ones((128, 128), np.int32))[0]
     assert render_tile.tile_opts(ints) is None

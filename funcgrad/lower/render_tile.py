@@ -113,6 +113,9 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     width, height = next((w, h) for w, h in TILES if columns >= w or w == LANES)  # 8..15 columns: one masked vector
     if len(kernel.shape) == 1:  # one row (a sum over a batch, per feature): one thread runs it
         return (Opt("tile", 0, width), Opt("thread", 0, 1))
+    if len(kernel.shape) == 2 and kernel.shape[0] <= LANES and kernel.shape[0] % height:  # 10 rows: one tile of
+        width = next(w for w, h in TILES if h >= kernel.shape[0])  # them all, not 6 and 4 single rows
+        height = kernel.shape[0]
     if len(kernel.shape) >= 3:  # the row axis in equal blocks (20 rows: 2 x 10, not 14 + 6)
         blocks = -(-kernel.shape[-2] // height)
         height = -(-kernel.shape[-2] // blocks)
