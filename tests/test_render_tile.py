@@ -185,6 +185,8 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
     a = np.ones((128, 128), np.float32)
     both = kernels_of(lambda a, b, c: (a[:, None, :] * b[None, :, :] * c[:, :, None]).sum(-1), a, a, a)[0]
     assert not render_tile._packable(both) and render_tile.tile_opts(both) is None
+    with pytest.raises(ValueError, match="cannot be register-tiled transposed"):
+        render_tile.check_tile_opts(both, (Opt("tile", 0, 16), Opt("upcast", 1, 8)))
     assert render_tile.tile_candidates(big)
     assert all(render_tile.check_tile_opts(big, opts) is None for opts in render_tile.tile_candidates(big))
 

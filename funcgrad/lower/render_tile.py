@@ -20,6 +20,12 @@ B[j, k]``: a gradient ``dY @ W.T``) is *packed*: per column panel and reduction 
 varies with the columns is evaluated once into a stack buffer laid out ``[k][column]`` (BLIS's packed
 panel), and the register tile reads that buffer as it reads a contiguous operand.
 
+A computed row factor (``max(h, 0) @ W``) is evaluated once per chunk of rows into a stack buffer;
+a strided column factor made of one load is packed in 16 x 16 blocks transposed in registers; a
+large product packs even a contiguous column operand. ``swap(0, 1)`` has each thread take column
+panels rather than rows, and ``tile(0, 16) upcast(1, n)`` tiles a product with fewer than 16 columns
+transposed: vectors along axis 0, one register row per output column.
+
 A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
 """
@@ -148,7 +154,12 @@ def tile_candidates(kernel: Kernel) -> list[tuple[Opt, ...]]:
 
 def check_tile_opts(kernel: Kernel, opts: tuple[Opt, ...]) -> None:
     """Raise ValueError unless ``opts`` describe a tile this kernel can run."""
-    if tile_opts(kernel) is None and not _tileable(kernel):
+    if _swapped(attrs.evolve(kernel, opts=opts)):
+        if not _transposed_tileable(kernel):
+            raise ValueError(f"kernel {kernel.name} cannot be register-tiled transposed (upcast(1, n)): it is not a "
+                             f"2-D float32 sum over one loop whose operands are contiguous along, constant over or "
+                             f"packable along its axis 0")
+    elif not _tileable(kernel):
         raise ValueError(f"kernel {kernel.name} cannot be register-tiled: it is not a float32 sum whose operands "
                          f"are contiguous along, or constant over, its last axis")
     tile_shape(attrs.evolve(kernel, opts=opts))
@@ -230,17 +241,23 @@ def _one_load(e: KExpr, column: str) -> KExpr | None:
     return next(iter(loads)) if len(loads) == 1 else None
 
 
+def _transposed_tileable(kernel: Kernel) -> bool:
+    """A 2-D float32 sum over one loop that moves with axis 0 and whose operands are contiguous along
+    it, constant over it, or a factor that can be packed (what a transposed tile can run)."""
+    if not _float_sum(kernel) or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
+        return False
+    assert kernel.reduce_expr is not None
+    return _depends(kernel.reduce_expr, "g0", {}) and (
+        _vectorisable(kernel.reduce_expr, "g0", {}) or _split_product(kernel.reduce_expr, "g0", "g1") is not None)
+
+
 def _transposable(kernel: Kernel) -> bool:
     """A 2-D product with fewer than 16 columns and many rows (the 10-class layer's ``relu(H).T @ dZ``,
     ``relu(H) @ W``): it tiles transposed, vectors along axis 0 and a register row per column, so a
     broadcast feeds several vectors instead of one mostly masked one."""
-    if not _float_sum(kernel) or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
-        return False
-    if not MIN_COLUMNS <= kernel.shape[1] < LANES or kernel.shape[0] < 4 * LANES:
+    if not _transposed_tileable(kernel) or not MIN_COLUMNS <= kernel.shape[1] < LANES or kernel.shape[0] < 4 * LANES:
         return False
     assert kernel.reduce_expr is not None
-    if not _depends(kernel.reduce_expr, "g0", {}):
-        return False
     if _vectorisable(kernel.reduce_expr, "g0", {}):
         return True
     split = _split_product(kernel.reduce_expr, "g0", "g1")
