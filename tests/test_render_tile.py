@@ -191,6 +191,23 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
     assert all(render_tile.check_tile_opts(big, opts) is None for opts in render_tile.tile_candidates(big))
 
 
+def test_one_block_stores_its_sums(device: CPUDevice) -> None:
+    """A reduction that fits one block stores the register sums (no buffer to clear and add to), signed
+    zeros included (-0.0 + x is x): a sum of -0.0 products stays -0.0, as the plain loops give."""
+    kernel = product_kernel(50, 40, 70)
+    one, two = tiled(kernel, 64, 6, block=40), tiled(kernel, 64, 6, block=20)
+    assert "tclear" not in render_llvm(one) and "tclear" in render_llvm(two)
+    inputs = random_inputs(kernel, seed=16)
+    inputs[0][3, :] = 0.0
+    inputs[1][:, :] = -np.abs(inputs[1])  # row 3: +0.0 x negative = -0.0 products
+    (plain,) = run(device, attrs.evolve(kernel, opts=None), inputs)
+    for variant in (one, two):
+        got = run(device, variant, inputs)
+        assert_matches_reference(variant, got, inputs)
+        np.testing.assert_array_equal(np.signbit(got[0][3]), np.signbit(plain[3]))
+    assert np.signbit(plain[3]).all()
+
+
 def test_invalid_tile_actions_raise() -> None:
     kernel = product_kernel(64, 64, 64)
     with pytest.raises(ValueError, match="multiple of 16"):

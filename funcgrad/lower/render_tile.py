@@ -364,6 +364,7 @@ class _Tile:
         self.reduce_expr = _replace(kernel.reduce_expr, table, memo)
         self.packed = _split_product(self.reduce_expr, COLUMN, ROW) if _packable(kernel) else None
         self.row_pack = self.row_packing()
+        self.one_block = self.block >= kernel.reduce_shape[0]  # the whole first reduction loop in one block
         self.outputs = tuple(_replace(e, table, memo) for e in kernel.outputs)
         self.allocas: list[str] = []
         self.count = 0
@@ -506,12 +507,13 @@ class _Tile:
         stride = vectors * LANES
         buffer = f"%buffer{self.count}"
         self.allocas.append(f"{buffer} = alloca [{self.chunk * stride} x float], align 64")
-        clear = self.loop_name("clear")
-        b.open_loop(clear, "0", str(self.chunk * vectors))
-        offset = b.instantiate("{out} = mul i64 %" + clear + ", " + str(LANES))
-        slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
-        b.emit(f"store {self.vector} {self.zero}, ptr {slot}, align 64")
-        b.close_loop(clear)
+        if not self.one_block:  # (one block stores its sums instead: -0.0 + x is x, bit for bit)
+            clear = self.loop_name("clear")
+            b.open_loop(clear, "0", str(self.chunk * vectors))
+            offset = b.instantiate("{out} = mul i64 %" + clear + ", " + str(LANES))
+            slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
+            b.emit(f"store {self.vector} {self.zero}, ptr {slot}, align 64")
+            b.close_loop(clear)
         mask = None
         if masked_lanes:
             mask = b.fresh()
@@ -704,9 +706,10 @@ class _Tile:
             for v in range(vectors):
                 offset = b.instantiate("{out} = add i64 {x}, " + str(r * stride + v * LANES), x=base)
                 slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
-                acc = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
-                old = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 64", p=slot)
-                total = b.instantiate(f"{{out}} = fadd {self.vector} {{x}}, {{y}}", x=old, y=acc)
+                total = acc = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
+                if not self.one_block:
+                    old = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 64", p=slot)
+                    total = b.instantiate(f"{{out}} = fadd {self.vector} {{x}}, {{y}}", x=old, y=acc)
                 b.emit(f"store {self.vector} {total}, ptr {slot}, align 64")
         b.cache = dict(saved)
         del b.var_names[ROW], b.var_names[COLUMN], b.var_names[PANEL], b.var_names[BLOCK]
