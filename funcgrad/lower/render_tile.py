@@ -102,7 +102,9 @@ def _vectorisable(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
 def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     """The tile actions for ``kernel`` (``tile`` on the last axis: its width in columns; ``upcast``
     on the rows: the tile's height), or None when the kernel is not a float32 product-like sum or is
-    too small to gain from it."""
+    too small to gain from it. A 2-D product with 8-15 columns gets the transposed tile (``tile(0, 16)
+    upcast(1, n)``); one under ``SMALL_TILE_WORK`` ``thread(0, 1)``; a large packed one a long chunk
+    (``tile(0, rows)``), a strided packed one ``swap(0, 1)`` (threads take column panels)."""
     work = int(np.prod(kernel.shape)) * int(np.prod(kernel.reduce_shape))
     if _transposable(kernel) and work >= TILE_MIN_WORK and kernel.reduce_shape[0] >= MIN_PACKED_TERMS:
         # one vector along axis 0 by one register row per output column (16 x 10: 0.045 and 0.034 ms
@@ -298,7 +300,8 @@ def _replace(e: KExpr, table: dict[str, KExpr], memo: dict[KExpr, KExpr]) -> KEx
 
 def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
     """(columns, rows, chunk rows, reduction block) of the kernel's tile from its actions: ``tile`` on
-    the last axis (columns, a multiple of 16), ``upcast`` (rows in registers), ``tile`` on the row axis
+    the last axis (columns, a multiple of 16; axis 0 for a transposed tile, ``upcast(1, n)``),
+    ``upcast`` (rows in registers), ``tile`` on the other axis
     (rows per cache chunk, default about 96) and ``split`` of reduction loop 0 (its block length,
     default about 256 terms per block)."""
     last = 0 if _swapped(kernel) else len(kernel.shape) - 1  # the axis along the vectors
