@@ -462,7 +462,7 @@ def tiled_products(draw: st.DrawFn) -> tuple[str, Kernel, tuple[Opt, ...]]:
     return kind, kernel, tuple(opts)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=tiled_products(), seed=st.integers(0, 2**16))
 def test_random_tile_actions_match_the_reference(device: CPUDevice, case: tuple[str, Kernel, tuple[Opt, ...]],
                                                  seed: int) -> None:
