@@ -11,6 +11,8 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -163,20 +165,47 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
     big = product_kernel(256, 256, 256)
     assert render_tile.tile_opts(big) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
     assert render_tile.tile_opts(product_kernel(4, 4, 4)) is None  # too small to gain
-    assert render_tile.tile_opts(product_kernel(512, 256, 10)) == (Opt("tile", 1, 16), Opt("upcast", 0, 16))
+    # 10 columns: tiled transposed, one vector along axis 0 by 10 register rows; small (1.3M
+    # multiply-adds), so on one thread: a worker's wake-up costs what it saves
+    assert render_tile.tile_opts(product_kernel(512, 256, 10)) == (Opt("tile", 0, 16), Opt("upcast", 1, 10),
+                                                                   Opt("thread", 0, 1))
+    assert render_tile.tile_opts(product_kernel(40, 256, 10)) is None  # too few rows to transpose, too small
+    # 10 rows: one tile of all 10 (32 columns wide), not a 6-row tile and 4 single rows
+    assert render_tile.tile_opts(product_kernel(10, 256, 576)) == (Opt("tile", 1, 32), Opt("upcast", 0, 10),
+                                                                   Opt("thread", 0, 1))
     assert render_tile.tile_opts(product_kernel(512, 256, 7)) is None  # under 8 columns
     ints = kernels_of(lambda a, b: a @ b, np.ones((128, 128), np.int32), np.ones((128, 128), np.int32))[0]
     assert render_tile.tile_opts(ints) is None
     # a sum whose column-varying operand is not contiguous along the columns (a transposed read) is packed
     strided = kernels_of(lambda a, b: a @ b.T, np.ones((256, 256), np.float32), np.ones((256, 256), np.float32))[0]
     assert render_tile._packable(strided) and not render_tile._packable(big)
-    assert render_tile.tile_opts(strided) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
+    # its threads split the columns (swap(0, 1)), so each packs only its own panels
+    assert render_tile.tile_opts(strided) == (Opt("tile", 1, 64), Opt("upcast", 0, 6), Opt("swap", 0, 1))
     # ... but not when the column factor also moves with the rows (no shared panel to pack)
     a = np.ones((128, 128), np.float32)
     both = kernels_of(lambda a, b, c: (a[:, None, :] * b[None, :, :] * c[:, :, None]).sum(-1), a, a, a)[0]
     assert not render_tile._packable(both) and render_tile.tile_opts(both) is None
+    with pytest.raises(ValueError, match="cannot be register-tiled transposed"):
+        render_tile.check_tile_opts(both, (Opt("tile", 0, 16), Opt("upcast", 1, 8)))
     assert render_tile.tile_candidates(big)
     assert all(render_tile.check_tile_opts(big, opts) is None for opts in render_tile.tile_candidates(big))
+
+
+def test_one_block_stores_its_sums(device: CPUDevice) -> None:
+    """A reduction that fits one block stores the register sums (no buffer to clear and add to), signed
+    zeros included (-0.0 + x is x): a sum of -0.0 products stays -0.0, as the plain loops give."""
+    kernel = product_kernel(50, 40, 70)
+    one, two = tiled(kernel, 64, 6, block=40), tiled(kernel, 64, 6, block=20)
+    assert "tclear" not in render_llvm(one) and "tclear" in render_llvm(two)
+    inputs = random_inputs(kernel, seed=16)
+    inputs[0][3, :] = 0.0
+    inputs[1][:, :] = -np.abs(inputs[1])  # row 3: +0.0 x negative = -0.0 products
+    (plain,) = run(device, attrs.evolve(kernel, opts=None), inputs)
+    for variant in (one, two):
+        got = run(device, variant, inputs)
+        assert_matches_reference(variant, got, inputs)
+        np.testing.assert_array_equal(np.signbit(got[0][3]), np.signbit(plain[3]))
+    assert np.signbit(plain[3]).all()
 
 
 def test_invalid_tile_actions_raise() -> None:
@@ -241,6 +270,8 @@ def test_packed_transposed_products_match_the_reference(device: CPUDevice, m: in
             variant = tiled(kernel, width, height, block)
             source = render_llvm(variant)
             assert "%inpack" in source and "fmuladd" in source
+            # 16 x 16 blocks of the panel are packed transposed in registers, the rest one value at a time
+            assert ("<i32 0, i32 16, i32 2, i32 18," in source) == (n >= 16), (width, block)  # a transpose round
             assert_matches_reference(variant, run(device, variant, inputs), inputs)
 
 
@@ -286,3 +317,159 @@ def test_transposed_products_and_gradients_through_jit(monkeypatch: pytest.Monke
     np.testing.assert_allclose(gx, dh @ w164.T, rtol=2e-4, atol=1e-3)
     lowered = fg.jit(fg.grad(loss, argnums=0)).lower(x, w1, w2)
     assert any("%inpack" in info.source for info in lowered.kernels)
+
+
+ROW_PACKED_SHAPES = [(37, 19, 16), (14, 300, 64), (23, 7, 97), (40, 70, 10), (100, 33, 130)]
+
+
+def row_packed_kernels(m: int, k: int, n: int) -> list[Kernel]:
+    """``relu(A) @ B + bias`` (the row factor's loads run along the terms: packed ``[row][term]``) and
+    ``relu(A).T @ G`` (they run along the rows: packed ``[term][row]``), as an MLP's next layer and
+    weight gradient."""
+    a, b, bias, at = (np.ones(s, np.float32) for s in ((m, k), (k, n), (n,), (k, m)))
+    forward = kernels_of(lambda a, b, bias: fnp.maximum(a, 0.0) @ b + bias, a, b, bias)[0]
+    gradient = kernels_of(lambda at, g: fnp.maximum(at, 0.0).T @ g, at, b)[0]
+    return [forward, gradient]
+
+
+@pytest.mark.parametrize("m,k,n", ROW_PACKED_SHAPES, ids=lambda v: str(v))
+def test_computed_row_factors_are_packed_per_chunk(device: CPUDevice, m: int, k: int, n: int) -> None:
+    """A row factor that is computed (``max(h, 0)``) is evaluated once per chunk of rows into a stack
+    buffer: every tile shape, short blocks, short chunks over several threads, remainder rows and
+    masked columns, both buffer layouts; NaN propagates through the packed factor."""
+    for kernel, layout in zip(row_packed_kernels(m, k, n), ("[row][term]", "[term][row]")):
+        inputs = random_inputs(kernel, seed=12)
+        clean = [x.copy() for x in inputs]
+        inputs[0].flat[5] = np.nan
+        (want,) = run(device, attrs.evolve(kernel, opts=None), inputs)
+        extras = ((), (Opt("split", 0, 3),), (Opt("tile", 0, 12), Opt("thread", 0, 3)), (Opt("thread", 0, 2),))
+        for (width, height), extra in zip(render_tile.TILES, extras):
+            variant = attrs.evolve(kernel, opts=(*tiled(kernel, width, height).opts, *extra))
+            assert "%inrows" in render_llvm(variant), layout
+            (got,) = run(device, variant, inputs)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            assert_matches_reference(variant, run(device, variant, clean), clean)
+
+
+def test_row_factor_packing_needs_a_computed_factor_that_fits() -> None:
+    plain = product_kernel(256, 256, 256)
+    assert "%inrows" not in render_llvm(attrs.evolve(plain, opts=render_tile.tile_opts(plain)))
+    forward, gradient = row_packed_kernels(256, 256, 256)
+    for kernel in (forward, gradient):
+        assert "%inrows" in render_llvm(attrs.evolve(kernel, opts=render_tile.tile_opts(kernel)))
+    # 1024 terms: the default chunk shrinks to 60 rows (240 KB packed); a chunk of 96 rows (384 KB) is
+    # over ROW_PACK_BYTES and reads the factor unpacked
+    long_sum = row_packed_kernels(256, 1024, 64)[0]
+    opts = render_tile.tile_opts(long_sum)
+    assert opts is not None and render_tile.tile_shape(attrs.evolve(long_sum, opts=opts))[2] == 60
+    assert "%inrows" in render_llvm(attrs.evolve(long_sum, opts=opts))
+    assert "%inrows" not in render_llvm(attrs.evolve(long_sum, opts=(*opts, Opt("tile", 0, 96))))
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_threads_may_split_the_columns(device: CPUDevice, threads: int) -> None:
+    """``swap(0, 1)`` on a 2-D tile: each thread takes a range of column panels (the last one, masked,
+    by the thread whose range ends there; with more threads than panels some get none) over every
+    row, for a packed ``A @ B.T`` and a plain ``A @ B``."""
+    a, b, bt = np.ones((45, 70), np.float32), np.ones((70, 130), np.float32), np.ones((130, 70), np.float32)
+    for kernel in (kernels_of(lambda a, b: a @ b.T, a, bt)[0], kernels_of(lambda a, b: a @ b, a, b)[0]):
+        inputs = random_inputs(kernel, seed=13)
+        for width, height in ((64, 6), (16, 16)):
+            opts = (*tiled(kernel, width, height).opts, Opt("swap", 0, 1), Opt("thread", 0, threads))
+            variant = attrs.evolve(kernel, opts=opts)
+            assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+def test_column_split_is_checked() -> None:
+    kernel = product_kernel(64, 64, 64)
+    render_tile.check_tile_opts(kernel, (Opt("tile", 1, 32), Opt("upcast", 0, 4), Opt("swap", 0, 1)))
+    batched = kernels_of(lambda a, b: fnp.einsum("bij,bjk->bik", a, b), np.ones((3, 17, 20), np.float32),
+                         np.ones((3, 20, 40), np.float32))[0]
+    with pytest.raises(ValueError, match="swap"):
+        render_tile.check_tile_opts(batched, (Opt("tile", 2, 32), Opt("upcast", 1, 4), Opt("swap", 0, 1)))
+
+
+def test_large_contiguous_products_pack_their_panels(device: CPUDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A product whose column operand is far beyond L2 packs it although it is contiguous, with long
+    chunks and short blocks (the thresholds lowered here so a small ragged product takes that path)."""
+    kernel = product_kernel(130, 150, 100, epilogue=True)
+    assert not render_tile._packable(kernel)
+    monkeypatch.setattr(render_tile, "LARGE_ROWS", 100)
+    monkeypatch.setattr(render_tile, "LARGE_BYTES", 1 << 14)
+    monkeypatch.setattr(render_tile, "SMALL_TILE_WORK", 0)
+    assert render_tile._packable(kernel)
+    opts = render_tile.tile_opts(kernel)
+    assert opts == (Opt("tile", 1, 64), Opt("upcast", 0, 6), Opt("tile", 0, 516))
+    assert render_tile.tile_shape(attrs.evolve(kernel, opts=opts)) == (64, 6, 516, 128)
+    inputs = random_inputs(kernel, seed=14)
+    for extra in ((), (Opt("thread", 0, 2),), (Opt("tile", 0, 12), Opt("split", 0, 5), Opt("thread", 0, 3))):
+        variant = attrs.evolve(kernel, opts=(*opts, *extra) if not extra or extra[0].action == "thread"
+                               else (*tiled(kernel, 64, 6).opts, *extra))
+        assert "%inpack" in render_llvm(variant)
+        assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+TRANSPOSED_TILE_SHAPES = [(70, 19, 10), (100, 300, 8), (64, 40, 15), (129, 7, 12)]
+
+
+@pytest.mark.parametrize("m,k,n", TRANSPOSED_TILE_SHAPES, ids=lambda v: str(v))
+def test_narrow_products_tile_transposed(device: CPUDevice, m: int, k: int, n: int) -> None:
+    """Fewer than 16 columns: vectors run along axis 0 (``tile(0, w) upcast(1, n)``), one register
+    row per output column. ``relu(X).T @ Y + bias`` reads its vectors directly; ``relu(A) @ B + bias``
+    packs ``relu(A)`` in transposed 16 x 16 blocks (the max computed on the transposed vectors). Masked
+    last panels, remainder terms, short blocks, and threads splitting axis 0 (some with no panel)."""
+    x, y, a, b, bias = (np.ones(s, np.float32) for s in ((k, m), (k, n), (m, k), (k, n), (n,)))
+    direct = kernels_of(lambda x, y, bias: fnp.maximum(x, 0.0).T @ y + bias, x, y, bias)[0]
+    packed = kernels_of(lambda a, b, bias: fnp.maximum(a, 0.0) @ b + bias, a, b, bias)[0]
+    for kernel in (direct, packed):
+        assert render_tile._transposable(kernel)
+        inputs = random_inputs(kernel, seed=15)
+        for width, extra in ((16, ()), (32, (Opt("thread", 0, 3),)), (16, (Opt("split", 0, 5), Opt("thread", 0, 9)))):
+            variant = attrs.evolve(kernel, opts=(Opt("tile", 0, width), Opt("upcast", 1, n), *extra))
+            source = render_llvm(variant)
+            assert ("%inpack" in source) == (kernel is packed)
+            if kernel is packed and k >= 16:
+                assert "<i32 0, i32 16, i32 2, i32 18," in source  # a transpose round
+            assert_matches_reference(variant, run(device, variant, inputs), inputs)
+
+
+@st.composite
+def tiled_products(draw: st.DrawFn) -> tuple[str, Kernel, tuple[Opt, ...]]:
+    """A 2-D product (plain, transposed operand, computed row factor, narrow) and random tile actions
+    valid for it: shape, chunk, block, threads, threads over the columns, the transposed tile."""
+    kind = draw(st.sampled_from(["a @ b", "a @ b.T", "relu(a) @ b", "relu(a).T @ b", "narrow"]))
+    m, k = draw(st.integers(1, 90)), draw(st.integers(1, 70))
+    n = draw(st.integers(8, 15)) if kind == "narrow" else draw(st.integers(16, 140))
+    first = np.ones((k, m) if kind == "relu(a).T @ b" else (m, k), np.float32)
+    second = np.ones((n, k) if kind == "a @ b.T" else (k, n), np.float32)
+    f = {"a @ b": lambda a, b: a @ b, "a @ b.T": lambda a, b: a @ b.T,
+         "relu(a) @ b": lambda a, b: fnp.maximum(a, 0.0) @ b, "relu(a).T @ b": lambda a, b: fnp.maximum(a, 0.0).T @ b,
+         "narrow": lambda a, b: fnp.maximum(a, 0.0) @ b}[kind]
+    kernel = kernels_of(f, first, second)[0]
+    transposed = kind == "narrow" and m >= 16 and draw(st.booleans())
+    width = draw(st.sampled_from([16, 32]) if transposed else st.sampled_from([w for w, _ in render_tile.TILES]))
+    height = n if transposed else draw(st.integers(1, 16))
+    opts = [Opt("tile", 0, width), Opt("upcast", 1, height)] if transposed else \
+        [Opt("tile", 1, width), Opt("upcast", 0, height)]
+    if draw(st.booleans()):
+        opts.append(Opt("tile", 1 if transposed else 0, height * draw(st.integers(1, 8))))  # rows per chunk
+    if draw(st.booleans()):
+        opts.append(Opt("split", 0, draw(st.integers(1, 80))))  # terms per block
+    if draw(st.booleans()):
+        opts.append(Opt("thread", 0, draw(st.integers(1, 5))))
+    if not transposed and draw(st.booleans()):
+        opts.append(Opt("swap", 0, 1))  # threads take column panels
+    return kind, kernel, tuple(opts)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=tiled_products(), seed=st.integers(0, 2**16))
+def test_random_tile_actions_match_the_reference(device: CPUDevice, case: tuple[str, Kernel, tuple[Opt, ...]],
+                                                 seed: int) -> None:
+    kind, kernel, opts = case
+    if not render_tile._tileable(kernel) and not render_tile._transposable(kernel):
+        return  # nothing to tile (a column factor that moves with the rows as well)
+    variant = attrs.evolve(kernel, opts=opts)
+    render_tile.check_tile_opts(kernel, opts)
+    inputs = random_inputs(kernel, seed=seed)
+    assert_matches_reference(variant, run(device, variant, inputs), inputs)

@@ -20,6 +20,12 @@ B[j, k]``: a gradient ``dY @ W.T``) is *packed*: per column panel and reduction 
 varies with the columns is evaluated once into a stack buffer laid out ``[k][column]`` (BLIS's packed
 panel), and the register tile reads that buffer as it reads a contiguous operand.
 
+A computed row factor (``max(h, 0) @ W``) is evaluated once per chunk of rows into a stack buffer;
+a strided column factor made of one load is packed in 16 x 16 blocks transposed in registers; a
+large product packs even a contiguous column operand. ``swap(0, 1)`` has each thread take column
+panels rather than rows, and ``tile(0, 16) upcast(1, n)`` tiles a product with fewer than 16 columns
+transposed: vectors along axis 0, one register row per output column.
+
 A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
 """
@@ -42,13 +48,19 @@ TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast
 MIN_COLUMNS = 8  # narrower rows (a 10-class output layer) run as one masked vector from 8 columns on
 MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than they gain
 MIN_PACKED_TERMS = 8  # ... except against a transposed operand's strided scalar loops (10 terms: 6.7x faster)
+SMALL_TILE_WORK = 1 << 22  # multiply-adds below which a tile runs on one thread (~100 us on one core)
+LARGE_ROWS, LARGE_BYTES = 1024, 1 << 22  # products whose contiguous column operand is packed too (_large)
+LARGE_CHUNK_ROWS = 512  # their rows per chunk
+PACKED_BLOCK_TERMS = 128  # a packed panel's block: 128 terms x 64 columns (32 KB) stays in L1
+ROW_PACK_BYTES = 1 << 18  # a chunk's computed row factor (all its terms) packed on the stack at most
 PACKED_CHUNK_ROWS = 384  # a packed panel is built once per chunk of rows: longer chunks pay for it less often
 # column-varying operations the tile renders (max/min propagate NaN, as the scalar renderer's)
 VECTOR_OPS = {"add": "fadd {t} {x}, {y}", "sub": "fsub {t} {x}, {y}", "mul": "fmul {t} {x}, {y}",
               "max": "call {t} @llvm.maximum.v16f32({t} {x}, {t} {y})",
               "min": "call {t} @llvm.minimum.v16f32({t} {x}, {t} {y})"}
 ROW, COLUMN, OUTER = "m", "c", "o"  # the tile's loop variables: row, column, outer row
-PANEL, BLOCK = "tpanel", "tblock"  # a packed panel's first column and its reduction block's first term
+# first column of a packed panel, first term of a reduction block, first row of a chunk
+PANEL, BLOCK, CHUNK = "tpanel", "tblock", "tchunk0"
 # (columns, rows) of the register tile, widest first; each keeps 24-28 of the 32 vector registers as
 # accumulators (6 x 64 and 8 x 48 measured ~1.3x faster than 14 x 32 on a 1024 product here)
 TILES = ((64, 6), (48, 8), (32, 14), (16, 16))  # the tile's loop variables: flattened row, column
@@ -58,6 +70,18 @@ def _depends(e: KExpr, name: str, memo: dict[KExpr, bool]) -> bool:
     if e not in memo:
         memo[e] = (e.op == "var" and e.arg == name) or any(_depends(a, name, memo) for a in e.args)
     return memo[e]
+
+
+def _nodes(e: KExpr) -> list[KExpr]:
+    """``e`` and every node below it, depth first (shared nodes once)."""
+    seen: dict[KExpr, None] = {}
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen[node] = None
+            stack.extend(reversed(node.args))
+    return list(seen)
 
 
 def _vectorisable(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
@@ -78,11 +102,18 @@ def _vectorisable(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
 def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     """The tile actions for ``kernel`` (``tile`` on the last axis: its width in columns; ``upcast``
     on the rows: the tile's height), or None when the kernel is not a float32 product-like sum or is
-    too small to gain from it."""
+    too small to gain from it. A 2-D product with 8-15 columns gets the transposed tile (``tile(0, 16)
+    upcast(1, n)``); one under ``SMALL_TILE_WORK`` ``thread(0, 1)``; a large packed one a long chunk
+    (``tile(0, rows)``), a strided packed one ``swap(0, 1)`` (threads take column panels)."""
+    work = int(np.prod(kernel.shape)) * int(np.prod(kernel.reduce_shape))
+    if _transposable(kernel) and work >= TILE_MIN_WORK and kernel.reduce_shape[0] >= MIN_PACKED_TERMS:
+        # one vector along axis 0 by one register row per output column (16 x 10: 0.045 and 0.034 ms
+        # for the MLP's two 10-wide products against 0.049/0.037 at 32 x 10 and 0.062/0.059 untransposed)
+        opts: tuple[Opt, ...] = (Opt("tile", 0, LANES), Opt("upcast", 1, kernel.shape[1]))
+        return (*opts, Opt("thread", 0, 1)) if work < SMALL_TILE_WORK else opts
     if not _tileable(kernel):
         return None
     columns = kernel.shape[-1]
-    work = int(np.prod(kernel.shape)) * int(np.prod(kernel.reduce_shape))
     if columns < MIN_COLUMNS or work < TILE_MIN_WORK:
         return None
     if int(np.prod(kernel.reduce_shape)) < (MIN_PACKED_TERMS if _packable(kernel) else MIN_TERMS):
@@ -90,10 +121,21 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     width, height = next((w, h) for w, h in TILES if columns >= w or w == LANES)  # 8..15 columns: one masked vector
     if len(kernel.shape) == 1:  # one row (a sum over a batch, per feature): one thread runs it
         return (Opt("tile", 0, width), Opt("thread", 0, 1))
+    if len(kernel.shape) == 2 and kernel.shape[0] <= LANES and kernel.shape[0] % height:  # 10 rows: one tile of
+        width = next(w for w, h in TILES if h >= kernel.shape[0])  # them all, not 6 and 4 single rows
+        height = kernel.shape[0]
     if len(kernel.shape) >= 3:  # the row axis in equal blocks (20 rows: 2 x 10, not 14 + 6)
         blocks = -(-kernel.shape[-2] // height)
         height = -(-kernel.shape[-2] // blocks)
-    return (Opt("tile", len(kernel.shape) - 1, width), Opt("upcast", len(kernel.shape) - 2, height))
+    opts = (Opt("tile", len(kernel.shape) - 1, width), Opt("upcast", len(kernel.shape) - 2, height))
+    if work < SMALL_TILE_WORK:  # waking a worker costs more than half of such a kernel saves
+        return (*opts, Opt("thread", 0, 1))
+    if len(kernel.shape) == 2 and _packable(kernel):
+        if _large(kernel):  # long chunks amortise the packing
+            opts = (*opts, Opt("tile", 0, height * -(-LARGE_CHUNK_ROWS // height)))
+        elif -(-columns // width) >= 4:  # threads take column panels: each packs only its own strided panels
+            opts = (*opts, Opt("swap", 0, 1))
+    return opts
 
 
 def tile_candidates(kernel: Kernel) -> list[tuple[Opt, ...]]:
@@ -114,13 +156,21 @@ def tile_candidates(kernel: Kernel) -> list[tuple[Opt, ...]]:
 
 def check_tile_opts(kernel: Kernel, opts: tuple[Opt, ...]) -> None:
     """Raise ValueError unless ``opts`` describe a tile this kernel can run."""
-    if tile_opts(kernel) is None and not _tileable(kernel):
+    if _swapped(attrs.evolve(kernel, opts=opts)):
+        if not _transposed_tileable(kernel):
+            raise ValueError(f"kernel {kernel.name} cannot be register-tiled transposed (upcast(1, n)): it is not a "
+                             f"2-D float32 sum over one loop whose operands are contiguous along, constant over or "
+                             f"packable along its axis 0")
+    elif not _tileable(kernel):
         raise ValueError(f"kernel {kernel.name} cannot be register-tiled: it is not a float32 sum whose operands "
                          f"are contiguous along, or constant over, its last axis")
     tile_shape(attrs.evolve(kernel, opts=opts))
     for opt in opts:
         if opt.action == "pad":
             raise ValueError("the register tile masks its last columns itself: it takes no pad action")
+        if opt.action == "swap" and (len(kernel.shape) != 2 or (opt.axis, opt.amount) != (0, 1)):
+            raise ValueError(f"kernel {kernel.name}: swap(0, 1) on a tile has threads split the columns of a 2-D "
+                             f"kernel, not its rows; got {opt} on a kernel of shape {kernel.shape}")
         if opt.action in ("reorder", "unroll", "vectorize"):
             raise ValueError(f"a register-tiled kernel takes no {opt.action} action (its loops are its own)")
 
@@ -156,9 +206,83 @@ def _packable(kernel: Kernel) -> bool:
     if not _float_sum(kernel) or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
         return False
     assert kernel.reduce_expr is not None
-    if _vectorisable(kernel.reduce_expr, "g1", {}):
+    column, row = _axes(kernel)
+    if _vectorisable(kernel.reduce_expr, column, {}) and (_swapped(kernel) or not _large(kernel)):
         return False
-    return _split_product(kernel.reduce_expr, "g1", "g0") is not None
+    return _split_product(kernel.reduce_expr, column, row) is not None
+
+
+def _swapped(kernel: Kernel) -> bool:
+    """Whether the kernel's tile runs transposed: vectors along axis 0 (``upcast(1, rows)`` on a 2-D kernel)."""
+    return len(kernel.shape) == 2 and any(opt.action == "upcast" and opt.axis == 1 for opt in kernel.opts or ())
+
+
+def _axes(kernel: Kernel) -> tuple[str, str]:
+    """The loop variables of the tile's (columns, rows)."""
+    if _swapped(kernel):
+        return "g0", "g1"
+    return f"g{len(kernel.shape) - 1}", f"g{len(kernel.shape) - 2}"
+
+
+def _one_load(e: KExpr, column: str) -> KExpr | None:
+    """The one column-varying load of ``e`` when ``e`` is add/sub/mul/max/min/neg of it and of values
+    that do not move with the columns (so a vector of it gives a vector of ``e``), else None."""
+    memo: dict[KExpr, bool] = {}
+    loads: set[KExpr] = set()
+    stack = [e]
+    while stack:  # the column-varying nodes above the loads
+        node = stack.pop()
+        if not _depends(node, column, memo):
+            continue
+        if node.op == "load":
+            loads.add(node)
+        elif node.dtype == FLOAT32 and (node.op in VECTOR_OPS or node.op == "neg"):
+            stack.extend(node.args)
+        else:
+            return None
+    return next(iter(loads)) if len(loads) == 1 else None
+
+
+def _transposed_tileable(kernel: Kernel) -> bool:
+    """A 2-D float32 sum over one loop that moves with axis 0 and whose operands are contiguous along
+    it, constant over it, or a factor that can be packed (what a transposed tile can run)."""
+    if not _float_sum(kernel) or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1:
+        return False
+    assert kernel.reduce_expr is not None
+    return _depends(kernel.reduce_expr, "g0", {}) and (
+        _vectorisable(kernel.reduce_expr, "g0", {}) or _split_product(kernel.reduce_expr, "g0", "g1") is not None)
+
+
+def _transposable(kernel: Kernel) -> bool:
+    """A 2-D product with fewer than 16 columns and many rows (the 10-class layer's ``relu(H).T @ dZ``,
+    ``relu(H) @ W``): it tiles transposed, vectors along axis 0 and a register row per column, so a
+    broadcast feeds several vectors instead of one mostly masked one."""
+    if not _transposed_tileable(kernel) or not MIN_COLUMNS <= kernel.shape[1] < LANES or kernel.shape[0] < 4 * LANES:
+        return False
+    assert kernel.reduce_expr is not None
+    if _vectorisable(kernel.reduce_expr, "g0", {}):
+        return True
+    split = _split_product(kernel.reduce_expr, "g0", "g1")
+    load = _one_load(split[1], "g0") if split is not None else None
+    terms = _affine(load.args[0]) if load is not None else None
+    return terms is not None and terms.get(var("r0")) == 1  # packed in transposed 16 x 16 blocks
+
+
+def _computed_rows(kernel: Kernel) -> bool:
+    """A 2-D product over one loop whose row factor is computed (not one load) and moves with the
+    terms: the tile packs it per chunk of rows (``_Tile.row_packing``)."""
+    if not _float_sum(kernel) or len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1 or _swapped(kernel):
+        return False
+    assert kernel.reduce_expr is not None
+    split = _split_product(kernel.reduce_expr, "g1", "g0")
+    return split is not None and split[0].op != "load" and _depends(split[0], "r0", {})
+
+
+def _large(kernel: Kernel) -> bool:
+    """A 2-D product whose column operand (terms x columns) is far beyond L2 and whose rows are many:
+    its column panels are packed even when contiguous (rows 8 KB apart map a panel's block onto a few
+    cache sets; packed, the 2048 product went from 102 to 110 GFLOP/s on one thread here)."""
+    return kernel.shape[0] >= LARGE_ROWS and kernel.shape[1] * kernel.reduce_shape[0] * FLOAT32.itemsize >= LARGE_BYTES
 
 
 def _replace(e: KExpr, table: dict[str, KExpr], memo: dict[KExpr, KExpr]) -> KExpr:
@@ -176,10 +300,11 @@ def _replace(e: KExpr, table: dict[str, KExpr], memo: dict[KExpr, KExpr]) -> KEx
 
 def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
     """(columns, rows, chunk rows, reduction block) of the kernel's tile from its actions: ``tile`` on
-    the last axis (columns, a multiple of 16), ``upcast`` (rows in registers), ``tile`` on the row axis
+    the last axis (columns, a multiple of 16; axis 0 for a transposed tile, ``upcast(1, n)``),
+    ``upcast`` (rows in registers), ``tile`` on the other axis
     (rows per cache chunk, default about 96) and ``split`` of reduction loop 0 (its block length,
     default about 256 terms per block)."""
-    last = len(kernel.shape) - 1
+    last = 0 if _swapped(kernel) else len(kernel.shape) - 1  # the axis along the vectors
     width = height = chunk = block = 0
     for opt in kernel.opts or ():
         if opt.action == "tile" and opt.axis == last:
@@ -199,8 +324,10 @@ def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
                          f"height (tile and upcast actions), got {width} x {height}")
     inner = int(np.prod(kernel.reduce_shape[1:]))
     rows = PACKED_CHUNK_ROWS if _packable(kernel) else CHUNK_ROWS
+    if _computed_rows(kernel):  # the packed row factor of a default chunk fits ROW_PACK_BYTES
+        rows = min(rows, max(height, ROW_PACK_BYTES // (kernel.reduce_shape[0] * FLOAT32.itemsize) // height * height))
     chunk = chunk if chunk > 0 else height * -(-rows // height)
-    block = block if block > 0 else max(1, BLOCK_TERMS // max(1, inner))
+    block = block if block > 0 else PACKED_BLOCK_TERMS if _packable(kernel) else max(1, BLOCK_TERMS // max(1, inner))
     return width, height, max(chunk, height), block
 
 
@@ -211,14 +338,19 @@ class _Tile:
         self.b = builder
         self.kernel = kernel
         self.width, self.height, self.chunk, self.block = tile_shape(kernel)
-        self.columns = kernel.shape[-1]
-        self.row_count = int(np.prod(kernel.shape[:-1]))
+        # transposed (vectors along axis 0): the launch's share of axis 0 is a share of the columns
+        self.swapped = _swapped(kernel)
+        self.columns = kernel.shape[0] if self.swapped else kernel.shape[-1]
+        self.row_count = kernel.shape[1] if self.swapped else int(np.prod(kernel.shape[:-1]))
+        self.split_columns = self.swapped or len(kernel.shape) == 2 and any(
+            opt.action == "swap" and (opt.axis, opt.amount) == (0, 1) for opt in kernel.opts or ())
         # 2-D kernels tile their rows (split across threads) with a remainder of single rows; higher
         # ranks loop over the outer rows (every axis before the last two) and tile the row axis whole,
         # a remainder block of rows included, so a row's address is the tile's plus a constant
         self.nested = len(kernel.shape) >= 3
         self.row_extent = kernel.shape[-2] if len(kernel.shape) >= 2 else 1
-        table: dict[str, KExpr] = {f"g{len(kernel.shape) - 1}": var(COLUMN), f"g{len(kernel.shape) - 2}": var(ROW)}
+        column_axis, row_axis = _axes(kernel)
+        table: dict[str, KExpr] = {column_axis: var(COLUMN), row_axis: var(ROW)}
         stride = 1
         for axis in reversed(range(len(kernel.shape) - 2)):
             index = alu("div", var(OUTER), const(stride, INDEX)) if stride > 1 else var(OUTER)
@@ -228,10 +360,14 @@ class _Tile:
             stride *= kernel.shape[axis]
         if self.nested:
             self.chunk = self.row_extent
+        else:  # a chunk never holds more rows than the kernel has (its stack buffers are sized by it)
+            self.chunk = min(self.chunk, self.row_count)
         memo: dict[KExpr, KExpr] = {}
         assert kernel.reduce_expr is not None
         self.reduce_expr = _replace(kernel.reduce_expr, table, memo)
         self.packed = _split_product(self.reduce_expr, COLUMN, ROW) if _packable(kernel) else None
+        self.row_pack = self.row_packing()
+        self.one_block = self.block >= kernel.reduce_shape[0]  # the whole first reduction loop in one block
         self.outputs = tuple(_replace(e, table, memo) for e in kernel.outputs)
         self.allocas: list[str] = []
         self.count = 0
@@ -244,6 +380,62 @@ class _Tile:
                            f"{self.vector})",
             "max": f"declare {self.vector} @llvm.maximum.v{LANES}f32({self.vector}, {self.vector})",
             "min": f"declare {self.vector} @llvm.minimum.v{LANES}f32({self.vector}, {self.vector})"}
+
+    def row_packing(self) -> tuple[KExpr, KExpr, bool] | None:
+        """(row factor, column factor, terms contiguous) when the row factor of a 2-D product over one
+        loop is computed (``max(h, 0) * W``: an activation fused into the next layer) and a chunk of it
+        fits ``ROW_PACK_BYTES``: it is then evaluated once per chunk into a stack buffer, not once per
+        column panel, and its broadcasts become plain loads."""
+        kernel = self.kernel
+        if not _computed_rows(kernel) or self.chunk * kernel.reduce_shape[0] * FLOAT32.itemsize > ROW_PACK_BYTES:
+            return None
+        split = _split_product(self.reduce_expr, COLUMN, ROW)
+        assert split is not None
+        loads = [e for e in _nodes(split[0]) if e.op == "load"]
+        terms = _affine(loads[0].args[0]) if loads else None
+        return split[0], split[1], terms is not None and terms.get(var("r0")) == 1
+
+    def pack_rows(self) -> None:
+        """Evaluate the row factor for the chunk's rows and every term into ``%inrows`` (layout
+        ``[row][term]`` when its loads run along the terms, else ``[term][row]``, so the loop that
+        fills it reads its source contiguously)."""
+        assert self.row_pack is not None
+        b = self.b
+        factor, _, along_terms = self.row_pack
+        extent = self.kernel.reduce_shape[0]
+        self.allocas.append(f"%inrows = alloca [{self.chunk * extent} x float], align 64")
+        saved = dict(b.cache)
+        rows, terms = self.loop_name("prow"), self.loop_name("pterm")
+        loops = [(rows, self.chunk_start, self.chunk_end), (terms, "0", str(extent))]
+        for name, low, high in loops if along_terms else loops[::-1]:
+            b.open_loop(name, low, high)
+        b.var_names[ROW], b.var_names["r0"] = rows, terms
+        value = b.value(factor)
+        local = b.instantiate("{out} = sub i64 %" + rows + ", " + self.chunk_start)
+        if along_terms:
+            offset = b.instantiate("{out} = mul i64 {x}, " + str(extent), x=local)
+            offset = b.instantiate("{out} = add i64 {x}, %" + terms, x=offset)
+        else:
+            offset = b.instantiate("{out} = mul i64 %" + terms + ", " + str(self.chunk))
+            offset = b.instantiate("{out} = add i64 {x}, {y}", x=offset, y=local)
+        slot = b.instantiate("{out} = getelementptr inbounds float, ptr %inrows, i64 {i}", i=offset)
+        b.emit(f"store float {value}, ptr {slot}")
+        for name, _, _ in loops[::-1] if along_terms else loops:
+            b.close_loop(name)
+        del b.var_names[ROW], b.var_names["r0"]
+        b.cache = saved
+
+    def row_term(self) -> KExpr:
+        """The product's row factor as the tile reads it: a load from the packed rows, or the factor."""
+        assert self.row_pack is not None or self.packed is not None
+        if self.row_pack is None:
+            assert self.packed is not None
+            return self.packed[0]
+        extent, along_terms = self.kernel.reduce_shape[0], self.row_pack[2]
+        local = alu("sub", var(ROW), var(CHUNK))
+        index = alu("add", alu("mul", local, const(extent, INDEX)), var("r0")) if along_terms else \
+            alu("add", alu("mul", var("r0"), const(self.chunk, INDEX)), local)
+        return KExpr("load", FLOAT32, (index,), "rows")
 
     def declare(self, name: str) -> None:
         if name in self.declarations:
@@ -267,6 +459,8 @@ class _Tile:
             self.chunk_start, self.chunk_end = "0", str(self.row_extent)
         else:
             bounds = ("0", "1") if len(self.kernel.shape) == 1 else ("%start", "%end")  # rank 1: one row
+            if self.split_columns:  # every row; the thread's share of axis 0 picks its column panels
+                bounds = ("0", str(self.row_count))
             b.emit(f"%tile.lo = add i64 {bounds[0]}, 0\n%tile.hi = add i64 {bounds[1]}, 0")
             chunk = outer = self.loop_name("chunk")
             b.open_loop(chunk, "%tile.lo", "%tile.hi")
@@ -274,17 +468,39 @@ class _Tile:
             short = b.instantiate("{out} = icmp slt i64 {x}, %tile.hi", x=after)
             self.chunk_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 %tile.hi", c=short, x=after)
             self.chunk_start = f"%{chunk}"
+            b.var_names[CHUNK] = chunk
+            if self.row_pack is not None:
+                self.pack_rows()
         full = self.columns - self.columns % self.width
+        tail = self.columns - full
+        spans = ["0", str(full), str(full), str(full + 1)]  # columns of the whole panels, the tail's panel
+        if self.split_columns:  # this thread's panels: [start, end) of axis 0 scaled to the panel count
+            panels, outer_extent = full // self.width + (1 if tail else 0), self.kernel.shape[0]
+            first, last = (b.instantiate("{out} = udiv i64 {x}, " + str(outer_extent),
+                                         x=b.instantiate("{out} = mul i64 %" + end + ", " + str(panels)))
+                           for end in ("start", "end"))
+            whole = full // self.width
+            low = b.instantiate("{out} = mul i64 {x}, " + str(self.width), x=first)
+            capped = b.instantiate("{out} = call i64 @llvm.umin.i64(i64 {x}, i64 " + str(whole) + ")", x=last)
+            high = b.instantiate("{out} = mul i64 {x}, " + str(self.width), x=capped)
+            tail_low = b.instantiate("{out} = call i64 @llvm.umax.i64(i64 {x}, i64 " + str(whole) + ")", x=first)
+            spans = [low, high, tail_low, last]
         if full:
             column = self.loop_name("col")
-            b.open_loop(column, "0", str(full))
+            b.open_loop(column, spans[0], spans[1])
             self.panel(f"%{column}", self.width // LANES, 0)
             b.close_loop(column, self.width)
-        tail = self.columns - full
         if tail:
-            self.panel(str(full), -(-tail // LANES), tail % LANES)
+            if self.split_columns:  # the thread whose share ends at the last panel runs the tail
+                last_panel = self.loop_name("tail")
+                b.open_loop(last_panel, spans[2], spans[3])
+                self.panel(str(full), -(-tail // LANES), tail % LANES)
+                b.close_loop(last_panel)
+            else:
+                self.panel(str(full), -(-tail // LANES), tail % LANES)
         b.close_loop(outer, 1 if self.nested else self.chunk)
         b.var_names.pop(OUTER, None)
+        b.var_names.pop(CHUNK, None)
         b.lines[entry:entry] = ["  " + line for line in self.allocas]
 
     def panel(self, column: str, vectors: int, masked_lanes: int) -> None:
@@ -294,12 +510,13 @@ class _Tile:
         stride = vectors * LANES
         buffer = f"%buffer{self.count}"
         self.allocas.append(f"{buffer} = alloca [{self.chunk * stride} x float], align 64")
-        clear = self.loop_name("clear")
-        b.open_loop(clear, "0", str(self.chunk * vectors))
-        offset = b.instantiate("{out} = mul i64 %" + clear + ", " + str(LANES))
-        slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
-        b.emit(f"store {self.vector} {self.zero}, ptr {slot}, align 64")
-        b.close_loop(clear)
+        if not self.one_block:  # (one block stores its sums instead: -0.0 + x is x, bit for bit)
+            clear = self.loop_name("clear")
+            b.open_loop(clear, "0", str(self.chunk * vectors))
+            offset = b.instantiate("{out} = mul i64 %" + clear + ", " + str(LANES))
+            slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
+            b.emit(f"store {self.vector} {self.zero}, ptr {slot}, align 64")
+            b.close_loop(clear)
         mask = None
         if masked_lanes:
             mask = b.fresh()
@@ -312,7 +529,12 @@ class _Tile:
         after = b.instantiate("{out} = add i64 %" + block + ", " + str(self.block))
         short = b.instantiate("{out} = icmp slt i64 {x}, " + str(extent), x=after)
         block_end = b.instantiate("{out} = select i1 {c}, i64 {x}, i64 " + str(extent), c=short, x=after)
-        expr = self.pack(column, vectors, masked_lanes, block, block_end, stride) if self.packed else self.reduce_expr
+        if self.packed:
+            expr = self.pack(column, vectors, masked_lanes, block, block_end, stride)
+        elif self.row_pack is not None:
+            expr = KExpr("mul", FLOAT32, (self.row_term(), self.row_pack[1]))
+        else:
+            expr = self.reduce_expr
         arguments = (expr, column, vectors, mask, f"%{block}", block_end, buffer, stride)
         if self.nested:  # whole blocks of rows, then one block of the remaining rows
             height = min(self.height, self.row_extent)
@@ -347,30 +569,95 @@ class _Tile:
         reads it (the row factor times a load from the buffer, contiguous along the columns)."""
         assert self.packed is not None
         b = self.b
-        row_factor, column_factor = self.packed
+        column_factor = self.packed[1]
         name = f"pack{self.count}"
         self.allocas.append(f"%in{name} = alloca [{self.block * stride} x float], align 64")
-        saved = dict(b.cache)
         columns = (vectors - 1) * LANES + masked_lanes if masked_lanes else stride
-        across = self.loop_name("pc")  # columns outermost: the factor's own loads run along the reduction
-        b.open_loop(across, "0", str(columns))
+        load = _one_load(column_factor, COLUMN)
+        terms = _affine(load.args[0]) if load is not None else None
+        groups = columns // LANES if terms is not None and terms.get(var("r0")) == 1 else 0
+        if not groups:
+            self.pack_scalar(name, column, f"%{block}", "0", str(columns), f"%{block}", block_end, stride)
+        else:  # 16 x 16 blocks: 16 loads along the terms, transposed in registers, 16 stores along the columns
+            span = b.instantiate("{out} = sub i64 " + block_end + ", %" + block)
+            whole = b.instantiate("{out} = and i64 {x}, -" + str(LANES), x=span)
+            whole_end = b.instantiate("{out} = add i64 %" + block + ", {x}", x=whole)
+            group = self.loop_name("pg")
+            b.open_loop(group, "0", str(groups * LANES))
+            saved = dict(b.cache)
+            first = b.instantiate("{out} = add i64 " + column + ", %" + group)
+            terms_loop = self.loop_name("pt")
+            b.open_loop(terms_loop, f"%{block}", whole_end)
+            assert load is not None
+            self.pack_block(name, column_factor, load, first, f"%{group}", terms_loop, f"%{block}", stride)
+            b.close_loop(terms_loop, LANES)
+            b.cache = dict(saved)
+            after = b.instantiate("{out} = add i64 %" + group + ", " + str(LANES))
+            self.pack_scalar(name, column, f"%{block}", f"%{group}", after, whole_end, block_end, stride)
+            b.cache = saved
+            b.close_loop(group, LANES)
+            if groups * LANES < columns:
+                self.pack_scalar(name, column, f"%{block}", str(groups * LANES), str(columns), f"%{block}", block_end,
+                                 stride)
+        index = alu("add", alu("mul", alu("sub", var("r0"), var(BLOCK)), const(stride, INDEX)),
+                    alu("sub", var(COLUMN), var(PANEL)))
+        return KExpr("mul", FLOAT32, (self.row_term(), KExpr("load", FLOAT32, (index,), name)))
+
+    def pack_scalar(self, name: str, column: str, block: str, low: str, high: str, first: str, last: str,
+                    stride: int) -> None:
+        """Pack the column factor at panel columns [low, high) and terms [first, last), one value at a
+        time (columns outermost unless the factor's loads run along the columns)."""
+        assert self.packed is not None
+        b = self.b
+        column_factor = self.packed[1]
+        saved = dict(b.cache)
+        along = _vectorisable(column_factor, COLUMN, {})
+        across, down = self.loop_name("pc"), self.loop_name("pk")
+        loops = [(across, low, high), (down, first, last)]
+        for loop, start, end in loops[::-1] if along else loops:
+            b.open_loop(loop, start, end)
         b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", %" + across)[1:]
-        down = self.loop_name("pk")
-        b.open_loop(down, f"%{block}", block_end)
         b.var_names["r0"] = down
         value = b.value(column_factor)
-        term = b.instantiate("{out} = sub i64 %" + down + ", %" + block)
+        term = b.instantiate("{out} = sub i64 %" + down + ", " + block)
         offset = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=term)
         offset = b.instantiate("{out} = add i64 {x}, %" + across, x=offset)
         slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + ", i64 {i}", i=offset)
         b.emit(f"store float {value}, ptr {slot}")
-        b.close_loop(down)
-        b.close_loop(across)
+        for loop, _, _ in loops if along else loops[::-1]:
+            b.close_loop(loop)
         del b.var_names[COLUMN], b.var_names["r0"]
         b.cache = saved
-        index = alu("add", alu("mul", alu("sub", var("r0"), var(BLOCK)), const(stride, INDEX)),
-                    alu("sub", var(COLUMN), var(PANEL)))
-        return KExpr("mul", FLOAT32, (row_factor, KExpr("load", FLOAT32, (index,), name)))
+
+    def pack_block(self, name: str, factor: KExpr, load: KExpr, first: str, local: str, terms: str, block: str,
+                   stride: int) -> None:
+        """Pack 16 columns from ``first`` (``local`` within the panel) x 16 terms from ``%terms`` of a
+        column factor computed from one load contiguous along the terms: 16 vector loads, transposed
+        with shuffles (render_transpose.transpose_rows), the factor computed on those vectors, 16
+        vector stores into the panel."""
+        from funcgrad.lower.render_transpose import transpose_rows
+        b = self.b
+        saved = dict(b.cache)
+        b.var_names[COLUMN], b.var_names["r0"] = first[1:], terms
+        rows = []
+        for lane in range(LANES):
+            pointer = b.instantiate("{out} = getelementptr inbounds float, ptr %in{n}, i64 {i}", n=load.arg,
+                                    i=b.value(substitute(load.args[0], COLUMN, lane)))
+            rows.append(b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 4", p=pointer))
+        columns = transpose_rows(rows, lambda x, y, mask: b.instantiate(
+            "{out} = shufflevector " + self.vector + " {x}, " + self.vector + " {y}, <16 x i32> " + mask, x=x, y=y))
+        if factor != load:  # each transposed vector is the load at one term: compute the factor on it
+            seeded = {(substitute(load, "r0", t), False): value for t, value in enumerate(columns)}
+            columns = [self.operand(substitute(factor, "r0", t), None, seeded, {}) for t in range(LANES)]
+        term = b.instantiate("{out} = sub i64 %" + terms + ", " + block)
+        base = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=term)
+        base = b.instantiate("{out} = add i64 {x}, " + local, x=base)
+        for number, value in enumerate(columns):
+            offset = b.instantiate("{out} = add i64 {x}, " + str(number * stride), x=base)
+            slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + ", i64 {i}", i=offset)
+            b.emit(f"store {self.vector} {value}, ptr {slot}, align 64")
+        del b.var_names[COLUMN], b.var_names["r0"]
+        b.cache = saved
 
     def micro(self, row: str, height: int, reduce_expr: KExpr, column: str, vectors: int, mask: str | None, low: str,
               high: str, buffer: str, stride: int) -> None:
@@ -422,9 +709,10 @@ class _Tile:
             for v in range(vectors):
                 offset = b.instantiate("{out} = add i64 {x}, " + str(r * stride + v * LANES), x=base)
                 slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
-                acc = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
-                old = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 64", p=slot)
-                total = b.instantiate(f"{{out}} = fadd {self.vector} {{x}}, {{y}}", x=old, y=acc)
+                total = acc = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
+                if not self.one_block:
+                    old = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 64", p=slot)
+                    total = b.instantiate(f"{{out}} = fadd {self.vector} {{x}}, {{y}}", x=old, y=acc)
                 b.emit(f"store {self.vector} {total}, ptr {slot}, align 64")
         b.cache = dict(saved)
         del b.var_names[ROW], b.var_names[COLUMN], b.var_names[PANEL], b.var_names[BLOCK]
@@ -483,9 +771,10 @@ class _Tile:
                                 reduce_shape=(), reduce_op=None, reduce_expr=None, opts=None)
             _store_outputs(b, flat, [OUTER, ROW, COLUMN])
         else:
-            flat = attrs.evolve(kernel, shape=(self.row_count, self.columns), outputs=self.outputs,
-                                reduce_shape=(), reduce_op=None, reduce_expr=None, opts=None)
-            _store_outputs(b, flat, [ROW, COLUMN])
+            shape = kernel.shape if self.swapped else (self.row_count, self.columns)
+            flat = attrs.evolve(kernel, shape=shape, outputs=self.outputs, reduce_shape=(), reduce_op=None,
+                                reduce_expr=None, opts=None)
+            _store_outputs(b, flat, [COLUMN, ROW] if self.swapped else [ROW, COLUMN])
         b.acc_value = None
         b.close_loop(out_column)
         b.close_loop(out_row)
