@@ -66,18 +66,21 @@ from funcgrad.devices.cpu_compiler import (
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
-from funcgrad.lower.render_llvm import external_symbols, llvm_function_name, render_llvm
+from funcgrad.lower.render_llvm import FLOAT32_OPS, external_symbols, llvm_function_name, render_llvm
 
 __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PARALLEL_MIN_WORK"]
 
 # Estimated work above which a kernel is split across threads. Work is loop iterations (global x
 # reduction) times the operations per iteration, with a transcendental function (a scalar libm
-# call, ~10 ns) counting as TRANSCENDENTAL_COST simple vectorized operations. A thread hand-off costs
-# 30-80 us here and a memory-bound kernel gains only ~1.1x from a second core; measured on one core:
-# 2^18 iterations of x*x+1 take ~40 us, 2^16 of tanh ~850 us. So x*x+1 goes parallel from 2^19
-# elements, a tanh from 2^14.
+# call, ~10 ns) counting as TRANSCENDENTAL_COST simple vectorized operations, and float32 exp, tanh
+# and logistic (inline vector polynomials, render_llvm.FLOAT32_OPS: ~1 ns) as INLINE_TRANSCENDENTAL_COST.
+# A thread hand-off costs 30-80 us here and a memory-bound kernel gains only ~1.1x from a second core;
+# measured on one core: 2^18 iterations of x*x+1 take ~40 us, 2^16 of a libm tanh ~850 us. So x*x+1
+# goes parallel from 2^19 elements, a libm tanh from 2^14, a float32 tanh from 2^17. (At 100, softmax's
+# 256 x 10 x 10 backward sum went to two threads: 40 us there against 13 us on one.)
 PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_COST = 100
+INLINE_TRANSCENDENTAL_COST = 10
 TRANSCENDENTAL = {"exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
                   "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "pow", "atan2", "rem"}
 CACHE_FORMAT = "funcgrad-cpu-object-v2"  # v2: kernels get different LLVM pipelines (optimization_level)
@@ -491,7 +494,10 @@ def estimated_work(kernel: Kernel) -> int:
         if e in seen or e.op in ("const", "var", "acc"):
             return 0
         seen.add(e)
-        own = TRANSCENDENTAL_COST if e.op in TRANSCENDENTAL and e.dtype.kind in "fV" else 1
+        own = 1
+        if e.op in TRANSCENDENTAL and e.dtype.kind in "fV":
+            inline = e.op in FLOAT32_OPS and np.dtype(e.dtype) == np.float32
+            own = INLINE_TRANSCENDENTAL_COST if inline else TRANSCENDENTAL_COST
         return own + sum(cost(a) for a in e.args)
 
     per_iteration = sum(cost(e) for e in (*kernel.outputs, kernel.reduce_expr) if e is not None)
