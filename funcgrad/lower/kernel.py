@@ -25,6 +25,7 @@ from funcgrad.ir.core import ShapedArray
 
 INDEX = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
+_INDEX_LOW, _INDEX_HIGH = -(1 << 63), (1 << 63) - 1
 
 # the ALU operations a renderer must support (names follow the IR primitives)
 UNARY = ("neg", "abs", "sign", "exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin",
@@ -42,15 +43,30 @@ class UnsupportedDtypeError(TypeError):
 LOW_PRECISION = ("float16", "bfloat16")  # computed in float32 by the renderers, stored as 16 bits
 
 
+# NumPy computes ``dtype.name`` in Python (~3 us a call): renderers and the optimiser ask for it
+# tens of thousands of times per plan, so names and classes are looked up once per dtype
+_DTYPE_NAMES: dict[Any, str] = {}
+_DTYPE_CLASSES: dict[Any, str] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    """``np.dtype(dtype).name``, memoised per dtype."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = np.dtype(dtype).name
+    return name
+
+
 def dtype_class(dtype: np.dtype) -> str:
     """How renderers treat a dtype: 'b' bool, 's' signed int, 'u' unsigned int, 'f' float32/float64,
     'h' float16/bfloat16."""
-    dtype = np.dtype(dtype)
-    if dtype.name == "bool":
-        return "b"
-    if dtype.name in LOW_PRECISION:
-        return "h"
-    return {"i": "s", "u": "u", "f": "f"}[dtype.kind]
+    kind = _DTYPE_CLASSES.get(dtype)
+    if kind is None:
+        name = dtype_name(dtype)
+        kind = "b" if name == "bool" else "h" if name in LOW_PRECISION else {"i": "s", "u": "u", "f": "f"}[
+            np.dtype(dtype).kind]
+        _DTYPE_CLASSES[dtype] = kind
+    return kind
 
 
 OPT_ACTIONS = ("swap", "reorder", "upcast", "tile", "pad", "unroll", "vectorize", "thread", "split", "transpose")
@@ -92,6 +108,8 @@ class KExpr:
 
 def const(value: Any, dtype: np.dtype) -> KExpr:
     """A constant; its value is kept as a Python bool/int/float that is exact in ``dtype``."""
+    if dtype is INDEX and type(value) is int and _INDEX_LOW <= value <= _INDEX_HIGH:
+        return KExpr("const", INDEX, (), value)  # index arithmetic's constants: already exact
     dtype = np.dtype(dtype)
     exact = np.asarray(value).astype(dtype)
     if dtype.kind == "b":
@@ -120,28 +138,30 @@ def is_const(e: KExpr, value: Any = None) -> bool:
 def alu(op: str, *args: KExpr, dtype: np.dtype | None = None) -> KExpr:
     """An ALU node; comparisons give bool, others the first operand's dtype. Folds integer
     constants and the identities of index arithmetic (x + 0, x * 1, x * 0)."""
-    out_dtype = BOOL if op in COMPARISONS or op == "is_finite" else (dtype or args[0].dtype)
-    if all(is_const(a) for a in args) and out_dtype.kind in "iub" and op in _FOLD:
+    out_dtype = BOOL if op in _BOOL_RESULTS else (dtype or args[0].dtype)
+    kind = out_dtype.kind
+    if op in _FOLD and kind in "iub" and all(a.op == "const" for a in args):
         return const(_FOLD[op](*(a.arg for a in args)), out_dtype)
     if op == "add":
         a, b = args
-        if is_const(a, 0):
+        if a.op == "const" and a.arg == 0:
             return b
-        if is_const(b, 0):
+        if b.op == "const" and b.arg == 0:
             return a
-    if op == "mul" and out_dtype.kind in "iu":
+    elif op == "mul" and kind in "iu":
         a, b = args
-        if is_const(a, 1):
+        if a.op == "const" and a.arg == 1:
             return b
-        if is_const(b, 1):
+        if b.op == "const" and b.arg == 1:
             return a
-        if is_const(a, 0) or is_const(b, 0):
+        if (a.op == "const" and a.arg == 0) or (b.op == "const" and b.arg == 0):
             return const(0, out_dtype)
-    if op in ("div", "rem") and out_dtype.kind in "iu" and is_const(args[1], 1):
+    elif op in ("div", "rem") and kind in "iu" and args[1].op == "const" and args[1].arg == 1:
         return args[0] if op == "div" else const(0, out_dtype)
-    return KExpr(op, out_dtype, tuple(args))
+    return KExpr(op, out_dtype, args)
 
 
+_BOOL_RESULTS = frozenset((*COMPARISONS, "is_finite"))
 _FOLD: dict[str, Any] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: int(a / b) if b else 0, "rem": lambda a, b: int(np.fmod(a, b)) if b else 0,
@@ -345,8 +365,25 @@ def evaluate_kernel(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.nda
 # Movement ops compose into div/mod chains (a reshape of a transpose of a reshape...). Knowing each
 # loop variable's range turns most of them back into plain affine sums, which renderers vectorize.
 
+_AFFINE: dict[KExpr, dict[KExpr | None, int] | None] = {}  # _affine's results (read-only: never mutate one)
+_AFFINE_LIMIT = 1 << 16  # entries kept before the memo starts afresh
+
+
 def _affine(e: KExpr) -> dict[KExpr | None, int] | None:
-    """``e`` as {atom: coefficient} with the constant under None, if it is affine in its atoms."""
+    """``e`` as {atom: coefficient} with the constant under None, if it is affine in its atoms.
+    Memoised (simplification asks again for every node of a chain); callers must not modify the result."""
+    try:
+        return _AFFINE[e]
+    except KeyError:
+        pass
+    found = _affine_terms(e)
+    if len(_AFFINE) >= _AFFINE_LIMIT:
+        _AFFINE.clear()
+    _AFFINE[e] = found
+    return found
+
+
+def _affine_terms(e: KExpr) -> dict[KExpr | None, int] | None:
     if e.op == "const" and e.dtype == INDEX:
         return {None: int(e.arg)}
     if e.op in ("add", "sub"):

@@ -24,7 +24,7 @@ import attrs
 import ml_dtypes
 import numpy as np
 
-from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, Opt, dtype_class, flat_index, var
+from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, Opt, dtype_class, dtype_name, flat_index, var
 
 __all__ = ["render_llvm", "llvm_function_name", "LLVM_TYPES"]
 
@@ -35,11 +35,11 @@ FLOAT32 = np.dtype(np.float32)
 
 
 def value_type(dtype: np.dtype) -> str:
-    return LLVM_TYPES[np.dtype(dtype).name]
+    return LLVM_TYPES[dtype_name(dtype)]
 
 
 def memory_type(dtype: np.dtype) -> str:
-    return "i8" if np.dtype(dtype).name == "bool" else value_type(dtype)
+    return "i8" if dtype_name(dtype) == "bool" else value_type(dtype)
 
 
 op_class = dtype_class  # the kernel IR's dtype classes
@@ -351,9 +351,10 @@ def render_const(value: Any, dtype: np.dtype) -> str:
         bits = dtype.itemsize * 8
         number = int(value) & ((1 << bits) - 1)
         return str(number - (1 << bits) if number >= 1 << (bits - 1) else number)
-    if dtype.name == "float16":
+    name = dtype_name(dtype)
+    if name == "float16":
         return f"0xH{int(np.asarray(value, np.float16).view(np.uint16)):04X}"
-    if dtype.name == "bfloat16":
+    if name == "bfloat16":
         return f"0xR{int(np.asarray(value, ml_dtypes.bfloat16).view(np.uint16)):04X}"
     # float and double constants are both written as the double's bits (float ones are exact)
     return f"0x{struct.unpack('<Q', struct.pack('<d', float(np.asarray(value, dtype))))[0]:016X}"
@@ -426,6 +427,9 @@ class LoopChoices:
         if self.vectorize == 0:  # keep a short loop a vectorised loop: no full unroll (see _row_block)
             return ("vectorize", "no_unroll")
         return ("no_vectorize",) if self.vectorize == 1 else ("vectorize", f"width={self.vectorize}")
+
+
+_FIELDS: dict[Any, dict[str, Any]] = {}  # _FunctionBuilder.fields by dtype
 
 
 class _FunctionBuilder:
@@ -512,21 +516,26 @@ class _FunctionBuilder:
         return self.instantiate(template, **fields, x=operands[0],
                                 y=operands[1] if len(operands) > 1 else None)
 
-    def fields(self, dtype: np.dtype) -> dict[str, Any]:
-        kind = op_class(dtype)
-        t = value_type(dtype)
-        bits = 1 if kind == "b" else np.dtype(dtype).itemsize * 8
-        fields: dict[str, Any] = {"t": t, "bits": bits, "top_bit": bits - 1,
-                                  "s": {"float": "f32", "double": "f64"}.get(t, t), "f": "f" if t == "float" else ""}
-        if kind in "sub":
-            fields.update(INT_WORDS["s" if kind == "s" else "u"])
+    @staticmethod
+    def fields(dtype: np.dtype) -> dict[str, Any]:
+        """A template's type fields for ``dtype`` (one shared dict per dtype: read it, never modify it)."""
+        fields = _FIELDS.get(dtype)
+        if fields is None:
+            kind = op_class(dtype)
+            t = value_type(dtype)
+            bits = 1 if kind == "b" else np.dtype(dtype).itemsize * 8
+            fields = {"t": t, "bits": bits, "top_bit": bits - 1, "s": {"float": "f32", "double": "f64"}.get(t, t),
+                      "f": "f" if t == "float" else ""}
+            if kind in "sub":
+                fields.update(INT_WORDS["s" if kind == "s" else "u"])
+            _FIELDS[dtype] = fields
         return fields
 
     def extend_to_float(self, x: str, dtype: np.dtype) -> str:
         return self.instantiate("{out} = fpext {t} {x} to float", t=value_type(dtype), x=x)
 
     def narrow_from_float(self, x: str, dtype: np.dtype) -> str:
-        if np.dtype(dtype).name == "bfloat16":
+        if dtype_name(dtype) == "bfloat16":
             return self.instantiate(FLOAT_TO_BFLOAT, x=x)
         return self.instantiate("{out} = fptrunc float {x} to half", x=x)
 
