@@ -404,12 +404,22 @@ def _affine_terms(e: KExpr) -> dict[KExpr | None, int] | None:
     return None
 
 
+_BUILT: dict[tuple[tuple[KExpr | None, int], ...], KExpr] = {}  # _build's results by the terms' items
+
+
 def _build(terms: dict[KExpr | None, int]) -> KExpr:
-    total = const(terms.get(None, 0), INDEX)
-    for atom, coef in terms.items():  # insertion order is deterministic, so equal kernels stay equal
-        if atom is None or not coef:
-            continue
-        total = alu("add", total, alu("mul", atom, const(coef, INDEX)))
+    """The affine sum ``terms`` (as ``_affine`` gives it) as an expression; memoised."""
+    key = tuple(terms.items())
+    total = _BUILT.get(key)
+    if total is None:
+        total = const(terms.get(None, 0), INDEX)
+        for atom, coef in key:  # insertion order is deterministic, so equal kernels stay equal
+            if atom is None or not coef:
+                continue
+            total = alu("add", total, alu("mul", atom, const(coef, INDEX)))
+        if len(_BUILT) >= _AFFINE_LIMIT:
+            _BUILT.clear()
+        _BUILT[key] = total
     return total
 
 
