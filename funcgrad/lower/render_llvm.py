@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import struct
+import threading
 from typing import Any
 
 import attrs
@@ -611,6 +612,7 @@ def render_llvm(kernel: Kernel) -> str:
     optimised gets ``funcgrad.lower.optimize.heuristic_opts``.
     """
     from funcgrad.lower.optimize import check_opts, heuristic_opts
+    _SUBSTITUTIONS.memos = {}  # substitute's memos hold one kernel's expressions
     if kernel.opts is None:
         kernel = attrs.evolve(kernel, opts=heuristic_opts(kernel))
     else:
@@ -859,19 +861,36 @@ SHORT_ROW = 64  # rows shorter than this get loop hints in the i-k-j order (see 
 ROW_BLOCK = 2  # output rows computed together in the i-k-j order (2 measured best here: 4 and 8 spill)
 
 
+# substitute's memos for the kernel being rendered, per thread: (name, offset) -> {expression: result}. A
+# register tile shifts the same expression by the same offsets for every row and vector of every block;
+# render_llvm starts them afresh for each kernel
+_SUBSTITUTIONS = threading.local()
+
+
+def _substitution_memo(name: str, offset: int) -> dict[KExpr, KExpr]:
+    memos: dict[tuple[str, int], dict[KExpr, KExpr]] | None = getattr(_SUBSTITUTIONS, "memos", None)
+    if memos is None:
+        memos = _SUBSTITUTIONS.memos = {}
+    memo = memos.get((name, offset))
+    if memo is None:
+        memo = memos[(name, offset)] = {}
+    return memo
+
+
 def substitute(e: KExpr, name: str, offset: int, memo: dict[KExpr, KExpr] | None = None) -> KExpr:
     """``e`` with loop variable ``name`` replaced by ``name + offset``."""
     if offset == 0:
         return e
-    memo = {} if memo is None else memo
-    if e in memo:
-        return memo[e]
-    if e.op == "var" and e.arg == name:
-        out = KExpr("add", e.dtype, (e, KExpr("const", e.dtype, (), offset)))
-    else:
-        args = tuple(substitute(a, name, offset, memo) for a in e.args)
-        out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
-    memo[e] = out
+    if memo is None:
+        memo = _substitution_memo(name, offset)
+    out = memo.get(e)
+    if out is None:
+        if e.op == "var" and e.arg == name:
+            out = KExpr("add", e.dtype, (e, KExpr("const", e.dtype, (), offset)))
+        else:
+            args = tuple([substitute(a, name, offset, memo) for a in e.args])
+            out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+        memo[e] = out
     return out
 
 
