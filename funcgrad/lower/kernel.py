@@ -14,6 +14,7 @@ this one representation; ``evaluate_kernel`` runs it with NumPy as a reference.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -217,7 +218,7 @@ class Kernel:
 
     def __attrs_post_init__(self) -> None:
         for aval in self.out_avals:
-            if int(np.prod(aval.shape)) != int(np.prod(self.shape)):
+            if math.prod(aval.shape) != math.prod(self.shape):
                 raise ValueError(f"kernel {self.name}: output {aval} does not match its loop shape {self.shape}")
         if (self.reduce_op is None) != (self.reduce_expr is None):
             raise ValueError(f"kernel {self.name}: reduce_op and reduce_expr go together")
