@@ -458,18 +458,28 @@ def _range(e: KExpr, bounds: dict[str, int]) -> tuple[int, int] | None:
 def simplify_index(e: KExpr, bounds: dict[str, int], memo: dict[KExpr, KExpr] | None = None) -> KExpr:
     """Simplify the index arithmetic inside ``e`` given loop extents ``bounds`` (name -> extent)."""
     memo = {} if memo is None else memo
-    if e in memo:
-        return memo[e]
-    args = tuple(simplify_index(a, bounds, memo) for a in e.args)
+    node = memo.get(e)
+    if node is not None:
+        return node
+    if not e.args:  # a loop variable, constant or accumulator: nothing to simplify
+        memo[e] = e
+        return e
+    args = tuple([simplify_index(a, bounds, memo) for a in e.args])
     node = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
-    if node.dtype == INDEX and node.op in ("div", "rem") and is_const(node.args[1]) and int(node.args[1].arg) > 0:
-        node = _simplify_divmod(node, bounds)
-    elif node.dtype == INDEX and node.op in ("add", "sub", "mul"):
-        terms = _affine(node)
-        if terms is not None:
-            node = _build(terms)
+    op = node.op
+    if op in _INDEX_ARITHMETIC and node.dtype == INDEX:
+        if op == "div" or op == "rem":
+            if node.args[1].op == "const" and int(node.args[1].arg) > 0:
+                node = _simplify_divmod(node, bounds)
+        else:
+            terms = _affine(node)
+            if terms is not None:
+                node = _build(terms)
     memo[e] = node
     return node
+
+
+_INDEX_ARITHMETIC = frozenset(("add", "sub", "mul", "div", "rem"))
 
 
 def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:
