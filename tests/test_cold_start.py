@@ -3,8 +3,6 @@ dtype's name every time, walk the same expressions again. Each shortcut must giv
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -69,38 +67,3 @@ def test_memoised_simplification_and_substitution_equal_a_fresh_walk(e: K.KExpr,
     K._BUILT.clear()
     assert K.simplify_index(e, bounds) == first  # the memos only remember, they do not decide
     assert substitute(e, name, offset) == substitute(e, name, offset, {})
-
-
-def test_the_first_jit_call_makes_the_default_device_before_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cold CPU device starts its compiler worker when it is made: made before the first trace, the
-    worker starts while the function is traced. A device that fails then fails again where it is needed."""
-    import funcgrad as fg
-    import funcgrad.devices as devices
-    jit_module = importlib.import_module("funcgrad.transforms.jit")  # the package exports the function
-    events: list[str] = []
-    real = devices.get_device
-
-    def recording(name: str | None = None) -> object:
-        events.append("device")
-        return real(name)
-
-    monkeypatch.setattr(devices, "get_device", recording)
-    monkeypatch.setattr(jit_module, "_device_started", [False])
-
-    def traced(x: fg.Tensor) -> fg.Tensor:
-        events.append("trace")
-        return x * 2.0
-
-    np.testing.assert_array_equal(fg.jit(traced)(fnp.ones(3)).numpy(), np.full(3, 2.0, np.float32))
-    assert events[:2] == ["device", "trace"]
-    events.clear()
-    fg.jit(lambda x: x + 1.0)(fnp.ones(2))
-    assert events.count("device") <= 1  # once per process (the realize's own lookup aside)
-
-    def broken(name: str | None = None) -> object:
-        raise devices.DeviceUnavailableError("no device here")
-
-    monkeypatch.setattr(devices, "get_device", broken)
-    monkeypatch.setattr(jit_module, "_device_started", [False])
-    with pytest.raises(devices.DeviceUnavailableError, match="no device here"):
-        fg.jit(lambda x: x - 1.0)(fnp.ones(4)).numpy()

@@ -29,7 +29,6 @@ above writes into the caller's objects; cached calls run concurrently.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import threading
@@ -199,21 +198,6 @@ def _computed(data: LazyBuffer) -> np.ndarray:
     return data.array
 
 
-_device_started = [False]
-
-
-def _start_default_device() -> None:
-    """Make the default device before the first trace rather than after it: the CPU's compiler worker
-    (~0.15 s to start, which a cold first call then waits for) starts while the function is traced.
-    Once per process; a device that cannot start raises later, where the call needs it."""
-    if _device_started[0]:
-        return
-    _device_started[0] = True
-    from funcgrad.devices import get_device
-    with contextlib.suppress(Exception):  # the realize that needs the device reports why it cannot start
-        get_device(None)
-
-
 class Jitted:
     """A jit-wrapped function. ``trace_count`` says how many times it traced; ``DEBUG=1`` prints why
     it retraced."""
@@ -297,8 +281,6 @@ class Jitted:
                 if key not in self._fast:
                     self._remember_fast(key, entry, dynamic)
                 return self._call(entry, list(dynamic))
-        if not self.trace_count:
-            _start_default_device()
         entry, leaves, cached = self._trace(args, kwargs)
         if simple and cached:
             self._simple_cache.put(key, entry)
