@@ -91,6 +91,14 @@ class Opt:
         return f"{self.action}({self.axis}, {self.amount})"
 
 
+def _arg_key(arg: Any) -> Any:
+    """What ``KExpr.arg`` is compared and hashed by: the value, with a float zero's sign (0.0 == -0.0
+    in Python, so ``where(c, 0.0, -0.0)`` was once rendered with one constant for both)."""
+    if type(arg) is float and arg == 0.0:
+        return arg, math.copysign(1.0, arg)
+    return arg
+
+
 @attrs.frozen(cache_hash=True)
 class KExpr:
     """One node of a kernel expression. ``op`` is 'const', 'var', 'load', 'acc', 'where', 'cast',
@@ -99,7 +107,7 @@ class KExpr:
     op: str
     dtype: np.dtype
     args: tuple[KExpr, ...] = ()
-    arg: Any = None  # const value, loop variable name, or input buffer number for loads
+    arg: Any = attrs.field(default=None, eq=_arg_key)  # const value, loop variable name, or load's buffer number
 
     def __str__(self) -> str:
         return render_text(self)
