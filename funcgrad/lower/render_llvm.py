@@ -449,7 +449,11 @@ class _FunctionBuilder:
         return f"%v{self.counter}"
 
     def emit(self, text: str) -> None:
-        self.lines.extend("  " + line for line in text.splitlines())
+        lines = text.splitlines()
+        if len(lines) == 1:  # most instructions
+            self.lines.append("  " + lines[0])
+        else:
+            self.lines.extend(["  " + line for line in lines])
 
     def label(self, name: str) -> None:
         self.lines.append(f"{name}:")
