@@ -375,7 +375,7 @@ def evaluate_kernel(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.nda
 # loop variable's range turns most of them back into plain affine sums, which renderers vectorize.
 
 _AFFINE: dict[KExpr, dict[KExpr | None, int] | None] = {}  # _affine's results (read-only: never mutate one)
-_AFFINE_LIMIT = 1 << 16  # entries kept before the memo starts afresh
+_AFFINE_LIMIT = 1 << 14  # entries kept before the memo starts afresh (the CNN step needs ~1,500)
 
 
 def _affine(e: KExpr) -> dict[KExpr | None, int] | None:
