@@ -25,7 +25,7 @@ from funcgrad.devices import Device
 from funcgrad.ir.core import IR, Eqn, ShapedArray, Var
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.ir.primitives import Primitive
-from funcgrad.nan_check import carry_source
+from funcgrad.nan_check import active_checks, carry_source
 
 
 class DeviceMismatchError(ValueError):
@@ -167,6 +167,14 @@ def _realize_on(device: str, pending: list[LazyBuffer]) -> None:
             and all(s.realized for s in op.sources)):
         _realize_jit_call(op, device)  # the common case of a jit call on computed arguments: no graph to build
         return
+    if USE_COMPILER and all(_is_fill(t) for t in pending) and not active_checks():
+        for t in pending:  # zeros/full made eagerly (optimizer state, initial values): no kernel to compile
+            source = None if t.op is None else t.op.sources[0].array  # None: listed twice, filled already
+            if source is not None:
+                t.array = np.full(t.aval.shape, source.reshape(()), dtype=t.aval.dtype)
+                t.array.flags.writeable = False
+                t.op = None
+        return
     ir, inputs = graph_to_ir(pending)
     arrays = [b.array for b in inputs if b.array is not None]
     if USE_COMPILER:
@@ -179,6 +187,15 @@ def _realize_on(device: str, pending: list[LazyBuffer]) -> None:
         buffer.array = np.asarray(array)
         buffer.array.flags.writeable = False
         buffer.op = None
+
+
+def _is_fill(buffer: LazyBuffer) -> bool:
+    """Is ``buffer`` pending as one computed value broadcast (``full``, ``zeros``)?"""
+    op = buffer.op
+    if op is None or op.primitive.name != "broadcast_in_dim" or len(op.sources) != 1:
+        return False
+    source = op.sources[0].array
+    return source is not None and source.size == 1 and source.dtype == buffer.aval.dtype
 
 
 def _realize_jit_call(op: LazyOp, device: str) -> None:

@@ -31,6 +31,12 @@ def _is_literal(atom: Any, value: float, splats: dict[int, Any] | None = None) -
     return isinstance(atom, Literal) and not isinstance(atom.value, np.bool_) and atom.value == value
 
 
+def _is_negative_zero(atom: Any, splats: dict[int, Any]) -> bool:
+    if isinstance(atom, Var) and atom.id in splats:
+        atom = splats[atom.id]
+    return isinstance(atom, Literal) and bool(np.signbit(atom.value)) and atom.value == 0
+
+
 def _identity_operand(eqn: Eqn, splats: dict[int, Any]) -> Any:
     """The input an equation merely passes through, or None."""
     prim, ins, out = eqn.primitive, eqn.inputs, eqn.outputs[0] if eqn.outputs else None
@@ -46,8 +52,8 @@ def _identity_operand(eqn: Eqn, splats: dict[int, Any]) -> Any:
         chosen = ins[1] if bool(ins[0].value) else ins[2]
         return chosen if chosen.aval == out.aval else None
     if prim in (P.sub_p, P.div_p) and _is_literal(ins[1], 0 if prim is P.sub_p else 1, splats) \
-            and ins[0].aval == out.aval:
-        return ins[0]  # x - 0 and x / 1 are exact, -0.0 included
+            and ins[0].aval == out.aval and not (prim is P.sub_p and _is_negative_zero(ins[1], splats)):
+        return ins[0]  # x - 0.0 and x / 1 are exact, -0.0 included (x - -0.0 is x + 0.0: not for x = -0.0)
     if prim in (P.reshape_p, P.broadcast_in_dim_p, P.convert_element_type_p, P.transpose_p) \
             and ins[0].aval == out.aval:
         params = eqn.param_dict
@@ -73,8 +79,8 @@ def _fold(eqn: Eqn) -> Literal | None:
 
 
 def _atom_key(atom: Var | Literal) -> Any:
-    if isinstance(atom, Literal):
-        return ("literal", atom.aval.dtype.name, atom.value.item())
+    if isinstance(atom, Literal):  # by its bits: 0.0 and -0.0 are equal numbers but not one literal
+        return ("literal", atom.aval.dtype, atom.value.tobytes())
     return ("var", atom.id)
 
 

@@ -14,6 +14,7 @@ this one representation; ``evaluate_kernel`` runs it with NumPy as a reference.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from funcgrad.ir.core import ShapedArray
 
 INDEX = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
+_INDEX_LOW, _INDEX_HIGH = -(1 << 63), (1 << 63) - 1
 
 # the ALU operations a renderer must support (names follow the IR primitives)
 UNARY = ("neg", "abs", "sign", "exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin",
@@ -42,15 +44,30 @@ class UnsupportedDtypeError(TypeError):
 LOW_PRECISION = ("float16", "bfloat16")  # computed in float32 by the renderers, stored as 16 bits
 
 
+# NumPy computes ``dtype.name`` in Python (~3 us a call): renderers and the optimiser ask for it
+# tens of thousands of times per plan, so names and classes are looked up once per dtype
+_DTYPE_NAMES: dict[Any, str] = {}
+_DTYPE_CLASSES: dict[Any, str] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    """``np.dtype(dtype).name``, memoised per dtype."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = np.dtype(dtype).name
+    return name
+
+
 def dtype_class(dtype: np.dtype) -> str:
     """How renderers treat a dtype: 'b' bool, 's' signed int, 'u' unsigned int, 'f' float32/float64,
     'h' float16/bfloat16."""
-    dtype = np.dtype(dtype)
-    if dtype.name == "bool":
-        return "b"
-    if dtype.name in LOW_PRECISION:
-        return "h"
-    return {"i": "s", "u": "u", "f": "f"}[dtype.kind]
+    kind = _DTYPE_CLASSES.get(dtype)
+    if kind is None:
+        name = dtype_name(dtype)
+        kind = "b" if name == "bool" else "h" if name in LOW_PRECISION else {"i": "s", "u": "u", "f": "f"}[
+            np.dtype(dtype).kind]
+        _DTYPE_CLASSES[dtype] = kind
+    return kind
 
 
 OPT_ACTIONS = ("swap", "reorder", "upcast", "tile", "pad", "unroll", "vectorize", "thread", "split", "transpose")
@@ -74,6 +91,14 @@ class Opt:
         return f"{self.action}({self.axis}, {self.amount})"
 
 
+def _arg_key(arg: Any) -> Any:
+    """What ``KExpr.arg`` is compared and hashed by: the value, with a float zero's sign (0.0 == -0.0
+    in Python, so ``where(c, 0.0, -0.0)`` was once rendered with one constant for both)."""
+    if type(arg) is float and arg == 0.0:
+        return arg, math.copysign(1.0, arg)
+    return arg
+
+
 @attrs.frozen(cache_hash=True)
 class KExpr:
     """One node of a kernel expression. ``op`` is 'const', 'var', 'load', 'acc', 'where', 'cast',
@@ -82,7 +107,7 @@ class KExpr:
     op: str
     dtype: np.dtype
     args: tuple[KExpr, ...] = ()
-    arg: Any = None  # const value, loop variable name, or input buffer number for loads
+    arg: Any = attrs.field(default=None, eq=_arg_key)  # const value, loop variable name, or load's buffer number
 
     def __str__(self) -> str:
         return render_text(self)
@@ -92,6 +117,8 @@ class KExpr:
 
 def const(value: Any, dtype: np.dtype) -> KExpr:
     """A constant; its value is kept as a Python bool/int/float that is exact in ``dtype``."""
+    if dtype is INDEX and type(value) is int and _INDEX_LOW <= value <= _INDEX_HIGH:
+        return KExpr("const", INDEX, (), value)  # index arithmetic's constants: already exact
     dtype = np.dtype(dtype)
     exact = np.asarray(value).astype(dtype)
     if dtype.kind == "b":
@@ -120,28 +147,30 @@ def is_const(e: KExpr, value: Any = None) -> bool:
 def alu(op: str, *args: KExpr, dtype: np.dtype | None = None) -> KExpr:
     """An ALU node; comparisons give bool, others the first operand's dtype. Folds integer
     constants and the identities of index arithmetic (x + 0, x * 1, x * 0)."""
-    out_dtype = BOOL if op in COMPARISONS or op == "is_finite" else (dtype or args[0].dtype)
-    if all(is_const(a) for a in args) and out_dtype.kind in "iub" and op in _FOLD:
+    out_dtype = BOOL if op in _BOOL_RESULTS else (dtype or args[0].dtype)
+    kind = out_dtype.kind
+    if op in _FOLD and kind in "iub" and all(a.op == "const" for a in args):
         return const(_FOLD[op](*(a.arg for a in args)), out_dtype)
     if op == "add":
         a, b = args
-        if is_const(a, 0):
+        if a.op == "const" and a.arg == 0:
             return b
-        if is_const(b, 0):
+        if b.op == "const" and b.arg == 0:
             return a
-    if op == "mul" and out_dtype.kind in "iu":
+    elif op == "mul" and kind in "iu":
         a, b = args
-        if is_const(a, 1):
+        if a.op == "const" and a.arg == 1:
             return b
-        if is_const(b, 1):
+        if b.op == "const" and b.arg == 1:
             return a
-        if is_const(a, 0) or is_const(b, 0):
+        if (a.op == "const" and a.arg == 0) or (b.op == "const" and b.arg == 0):
             return const(0, out_dtype)
-    if op in ("div", "rem") and out_dtype.kind in "iu" and is_const(args[1], 1):
+    elif op in ("div", "rem") and kind in "iu" and args[1].op == "const" and args[1].arg == 1:
         return args[0] if op == "div" else const(0, out_dtype)
-    return KExpr(op, out_dtype, tuple(args))
+    return KExpr(op, out_dtype, args)
 
 
+_BOOL_RESULTS = frozenset((*COMPARISONS, "is_finite"))
 _FOLD: dict[str, Any] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: int(a / b) if b else 0, "rem": lambda a, b: int(np.fmod(a, b)) if b else 0,
@@ -197,7 +226,7 @@ class Kernel:
 
     def __attrs_post_init__(self) -> None:
         for aval in self.out_avals:
-            if int(np.prod(aval.shape)) != int(np.prod(self.shape)):
+            if math.prod(aval.shape) != math.prod(self.shape):
                 raise ValueError(f"kernel {self.name}: output {aval} does not match its loop shape {self.shape}")
         if (self.reduce_op is None) != (self.reduce_expr is None):
             raise ValueError(f"kernel {self.name}: reduce_op and reduce_expr go together")
@@ -345,8 +374,25 @@ def evaluate_kernel(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.nda
 # Movement ops compose into div/mod chains (a reshape of a transpose of a reshape...). Knowing each
 # loop variable's range turns most of them back into plain affine sums, which renderers vectorize.
 
+_AFFINE: dict[KExpr, dict[KExpr | None, int] | None] = {}  # _affine's results (read-only: never mutate one)
+_AFFINE_LIMIT = 1 << 14  # entries kept before the memo starts afresh (the CNN step needs ~1,500)
+
+
 def _affine(e: KExpr) -> dict[KExpr | None, int] | None:
-    """``e`` as {atom: coefficient} with the constant under None, if it is affine in its atoms."""
+    """``e`` as {atom: coefficient} with the constant under None, if it is affine in its atoms.
+    Memoised (simplification asks again for every node of a chain); callers must not modify the result."""
+    try:
+        return _AFFINE[e]
+    except KeyError:
+        pass
+    found = _affine_terms(e)
+    if len(_AFFINE) >= _AFFINE_LIMIT:
+        _AFFINE.clear()
+    _AFFINE[e] = found
+    return found
+
+
+def _affine_terms(e: KExpr) -> dict[KExpr | None, int] | None:
     if e.op == "const" and e.dtype == INDEX:
         return {None: int(e.arg)}
     if e.op in ("add", "sub"):
@@ -367,12 +413,22 @@ def _affine(e: KExpr) -> dict[KExpr | None, int] | None:
     return None
 
 
+_BUILT: dict[tuple[tuple[KExpr | None, int], ...], KExpr] = {}  # _build's results by the terms' items
+
+
 def _build(terms: dict[KExpr | None, int]) -> KExpr:
-    total = const(terms.get(None, 0), INDEX)
-    for atom, coef in terms.items():  # insertion order is deterministic, so equal kernels stay equal
-        if atom is None or not coef:
-            continue
-        total = alu("add", total, alu("mul", atom, const(coef, INDEX)))
+    """The affine sum ``terms`` (as ``_affine`` gives it) as an expression; memoised."""
+    key = tuple(terms.items())
+    total = _BUILT.get(key)
+    if total is None:
+        total = const(terms.get(None, 0), INDEX)
+        for atom, coef in key:  # insertion order is deterministic, so equal kernels stay equal
+            if atom is None or not coef:
+                continue
+            total = alu("add", total, alu("mul", atom, const(coef, INDEX)))
+        if len(_BUILT) >= _AFFINE_LIMIT:
+            _BUILT.clear()
+        _BUILT[key] = total
     return total
 
 
@@ -410,18 +466,28 @@ def _range(e: KExpr, bounds: dict[str, int]) -> tuple[int, int] | None:
 def simplify_index(e: KExpr, bounds: dict[str, int], memo: dict[KExpr, KExpr] | None = None) -> KExpr:
     """Simplify the index arithmetic inside ``e`` given loop extents ``bounds`` (name -> extent)."""
     memo = {} if memo is None else memo
-    if e in memo:
-        return memo[e]
-    args = tuple(simplify_index(a, bounds, memo) for a in e.args)
+    node = memo.get(e)
+    if node is not None:
+        return node
+    if not e.args:  # a loop variable, constant or accumulator: nothing to simplify
+        memo[e] = e
+        return e
+    args = tuple([simplify_index(a, bounds, memo) for a in e.args])
     node = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
-    if node.dtype == INDEX and node.op in ("div", "rem") and is_const(node.args[1]) and int(node.args[1].arg) > 0:
-        node = _simplify_divmod(node, bounds)
-    elif node.dtype == INDEX and node.op in ("add", "sub", "mul"):
-        terms = _affine(node)
-        if terms is not None:
-            node = _build(terms)
+    op = node.op
+    if op in _INDEX_ARITHMETIC and node.dtype == INDEX:
+        if op == "div" or op == "rem":
+            if node.args[1].op == "const" and int(node.args[1].arg) > 0:
+                node = _simplify_divmod(node, bounds)
+        else:
+            terms = _affine(node)
+            if terms is not None:
+                node = _build(terms)
     memo[e] = node
     return node
+
+
+_INDEX_ARITHMETIC = frozenset(("add", "sub", "mul", "div", "rem"))
 
 
 def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:

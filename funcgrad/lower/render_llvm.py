@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import re
 import struct
+import threading
 from typing import Any
 
 import attrs
 import ml_dtypes
 import numpy as np
 
-from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, Opt, dtype_class, flat_index, var
+from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, Opt, dtype_class, dtype_name, flat_index, var
 
 __all__ = ["render_llvm", "llvm_function_name", "LLVM_TYPES"]
 
@@ -35,11 +36,11 @@ FLOAT32 = np.dtype(np.float32)
 
 
 def value_type(dtype: np.dtype) -> str:
-    return LLVM_TYPES[np.dtype(dtype).name]
+    return LLVM_TYPES[dtype_name(dtype)]
 
 
 def memory_type(dtype: np.dtype) -> str:
-    return "i8" if np.dtype(dtype).name == "bool" else value_type(dtype)
+    return "i8" if dtype_name(dtype) == "bool" else value_type(dtype)
 
 
 op_class = dtype_class  # the kernel IR's dtype classes
@@ -351,9 +352,10 @@ def render_const(value: Any, dtype: np.dtype) -> str:
         bits = dtype.itemsize * 8
         number = int(value) & ((1 << bits) - 1)
         return str(number - (1 << bits) if number >= 1 << (bits - 1) else number)
-    if dtype.name == "float16":
+    name = dtype_name(dtype)
+    if name == "float16":
         return f"0xH{int(np.asarray(value, np.float16).view(np.uint16)):04X}"
-    if dtype.name == "bfloat16":
+    if name == "bfloat16":
         return f"0xR{int(np.asarray(value, ml_dtypes.bfloat16).view(np.uint16)):04X}"
     # float and double constants are both written as the double's bits (float ones are exact)
     return f"0x{struct.unpack('<Q', struct.pack('<d', float(np.asarray(value, dtype))))[0]:016X}"
@@ -428,6 +430,9 @@ class LoopChoices:
         return ("no_vectorize",) if self.vectorize == 1 else ("vectorize", f"width={self.vectorize}")
 
 
+_FIELDS: dict[Any, dict[str, Any]] = {}  # _FunctionBuilder.fields by dtype
+
+
 class _FunctionBuilder:
     """Emits the body of one kernel function: SSA names, one expression cache per scope."""
 
@@ -444,7 +449,11 @@ class _FunctionBuilder:
         return f"%v{self.counter}"
 
     def emit(self, text: str) -> None:
-        self.lines.extend("  " + line for line in text.splitlines())
+        lines = text.splitlines()
+        if len(lines) == 1:  # most instructions
+            self.lines.append("  " + lines[0])
+        else:
+            self.lines.extend(["  " + line for line in lines])
 
     def label(self, name: str) -> None:
         self.lines.append(f"{name}:")
@@ -512,21 +521,26 @@ class _FunctionBuilder:
         return self.instantiate(template, **fields, x=operands[0],
                                 y=operands[1] if len(operands) > 1 else None)
 
-    def fields(self, dtype: np.dtype) -> dict[str, Any]:
-        kind = op_class(dtype)
-        t = value_type(dtype)
-        bits = 1 if kind == "b" else np.dtype(dtype).itemsize * 8
-        fields: dict[str, Any] = {"t": t, "bits": bits, "top_bit": bits - 1,
-                                  "s": {"float": "f32", "double": "f64"}.get(t, t), "f": "f" if t == "float" else ""}
-        if kind in "sub":
-            fields.update(INT_WORDS["s" if kind == "s" else "u"])
+    @staticmethod
+    def fields(dtype: np.dtype) -> dict[str, Any]:
+        """A template's type fields for ``dtype`` (one shared dict per dtype: read it, never modify it)."""
+        fields = _FIELDS.get(dtype)
+        if fields is None:
+            kind = op_class(dtype)
+            t = value_type(dtype)
+            bits = 1 if kind == "b" else np.dtype(dtype).itemsize * 8
+            fields = {"t": t, "bits": bits, "top_bit": bits - 1, "s": {"float": "f32", "double": "f64"}.get(t, t),
+                      "f": "f" if t == "float" else ""}
+            if kind in "sub":
+                fields.update(INT_WORDS["s" if kind == "s" else "u"])
+            _FIELDS[dtype] = fields
         return fields
 
     def extend_to_float(self, x: str, dtype: np.dtype) -> str:
         return self.instantiate("{out} = fpext {t} {x} to float", t=value_type(dtype), x=x)
 
     def narrow_from_float(self, x: str, dtype: np.dtype) -> str:
-        if np.dtype(dtype).name == "bfloat16":
+        if dtype_name(dtype) == "bfloat16":
             return self.instantiate(FLOAT_TO_BFLOAT, x=x)
         return self.instantiate("{out} = fptrunc float {x} to half", x=x)
 
@@ -602,6 +616,7 @@ def render_llvm(kernel: Kernel) -> str:
     optimised gets ``funcgrad.lower.optimize.heuristic_opts``.
     """
     from funcgrad.lower.optimize import check_opts, heuristic_opts
+    _SUBSTITUTIONS.memos = {}  # substitute's memos hold one kernel's expressions
     if kernel.opts is None:
         kernel = attrs.evolve(kernel, opts=heuristic_opts(kernel))
     else:
@@ -850,19 +865,36 @@ SHORT_ROW = 64  # rows shorter than this get loop hints in the i-k-j order (see 
 ROW_BLOCK = 2  # output rows computed together in the i-k-j order (2 measured best here: 4 and 8 spill)
 
 
+# substitute's memos for the kernel being rendered, per thread: (name, offset) -> {expression: result}. A
+# register tile shifts the same expression by the same offsets for every row and vector of every block;
+# render_llvm starts them afresh for each kernel
+_SUBSTITUTIONS = threading.local()
+
+
+def _substitution_memo(name: str, offset: int) -> dict[KExpr, KExpr]:
+    memos: dict[tuple[str, int], dict[KExpr, KExpr]] | None = getattr(_SUBSTITUTIONS, "memos", None)
+    if memos is None:
+        memos = _SUBSTITUTIONS.memos = {}
+    memo = memos.get((name, offset))
+    if memo is None:
+        memo = memos[(name, offset)] = {}
+    return memo
+
+
 def substitute(e: KExpr, name: str, offset: int, memo: dict[KExpr, KExpr] | None = None) -> KExpr:
     """``e`` with loop variable ``name`` replaced by ``name + offset``."""
     if offset == 0:
         return e
-    memo = {} if memo is None else memo
-    if e in memo:
-        return memo[e]
-    if e.op == "var" and e.arg == name:
-        out = KExpr("add", e.dtype, (e, KExpr("const", e.dtype, (), offset)))
-    else:
-        args = tuple(substitute(a, name, offset, memo) for a in e.args)
-        out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
-    memo[e] = out
+    if memo is None:
+        memo = _substitution_memo(name, offset)
+    out = memo.get(e)
+    if out is None:
+        if e.op == "var" and e.arg == name:
+            out = KExpr("add", e.dtype, (e, KExpr("const", e.dtype, (), offset)))
+        else:
+            args = tuple([substitute(a, name, offset, memo) for a in e.args])
+            out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+        memo[e] = out
     return out
 
 

@@ -19,6 +19,7 @@ The rules (see docs/architecture.md):
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -337,7 +338,7 @@ def _reshape(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
 def unflatten_index(flat: K.KExpr, shape: Sequence[int]) -> list[K.KExpr]:
     """The multi-index of C-order position ``flat`` in ``shape`` (div/mod arithmetic)."""
     out = []
-    stride = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    stride = math.prod(shape)
     for size in shape:
         stride //= max(size, 1)
         if size == 1:
