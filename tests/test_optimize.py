@@ -200,6 +200,25 @@ def test_row_blocks_of_any_height_with_any_thread_split(tmp_path: Path, rows: in
                 np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5, err_msg=str(choice))
 
 
+def test_thread_chunks_run_in_the_caller_without_worker_threads(tmp_path: Path) -> None:
+    """On one CPU the worker pool has no threads; a kernel whose opts ask for 3 chunks (a stored or BEAM
+    choice) runs them all in the caller (it used to wait for a worker forever)."""
+    x, y = f32(7, 24), f32(24, 40)
+    kernel = only_kernel(fnp.matmul, x, y)
+    compiled = CPUDevice(cache_dir=tmp_path).compile(attrs.evolve(kernel, opts=opts(("reorder", 0, 0),
+                                                                                      ("thread", 0, 3))))
+    got = np.full((7, 40), 7, np.float32)
+    chunks: list[tuple[int, int]] = []
+
+    def recorded(*arguments: Any) -> None:
+        chunks.append(arguments[-2:])
+        compiled.function(*arguments)
+    cpu_module._WorkerPool(0).run(recorded, [(got.ctypes.data, x.ctypes.data, y.ctypes.data, lo, hi)
+                                             for lo, hi in ((0, 2), (2, 4), (4, 7))])
+    assert chunks == [(0, 2), (2, 4), (4, 7)]
+    np.testing.assert_allclose(got, x.astype(np.float64) @ y, rtol=1e-5, atol=1e-5)
+
+
 def test_unroll_and_width_reach_the_llvm_metadata() -> None:
     kernel = only_kernel(lambda x: x.sum(axis=1), f32(64, 300))
     source = render_llvm(attrs.evolve(kernel, opts=opts(("unroll", 0, 4), ("vectorize", 0, 8))))

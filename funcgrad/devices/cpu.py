@@ -451,6 +451,10 @@ class _WorkerPool:
                 done.put(error)
 
     def run(self, function: Callable[..., Any], argument_sets: Sequence[tuple[Any, ...]]) -> None:
+        if not self.workers:  # one CPU (a kernel's thread opt may still ask for chunks): the caller runs them all
+            for arguments in argument_sets:
+                function(*arguments)
+            return
         done: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for arguments in argument_sets[1:]:
             self.tasks.put((function, arguments, done))
