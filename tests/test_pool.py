@@ -46,6 +46,22 @@ def test_an_allocator_makes_the_same_choice_as_empty() -> None:
     assert small.base is None and small.shape == (10,) and none.shape == (0, 3)
 
 
+def test_a_smaller_request_takes_a_free_buffer_at_most_twice_its_size() -> None:
+    big = pool.empty((1024, 1024), np.float32)  # 4 MB
+    address = big.ctypes.data
+    del big
+    gc.collect()
+    small = pool.empty((700, 1024), np.float32)  # 2.8 MB: fits the free 4 MB buffer
+    assert small.ctypes.data == address and small.shape == (700, 1024) and small.flags.writeable
+    small[...] = 2.0
+    assert float(small.sum()) == 2.0 * small.size
+    tiny = pool.empty((256, 1024), np.float32)  # 1 MB: nothing free within 2x, a fresh buffer
+    assert tiny.ctypes.data != address
+    del small
+    gc.collect()
+    assert pool.empty((1024, 1024), np.float32).ctypes.data == address  # back in the pool as 4 MB
+
+
 def test_a_freed_buffer_is_reused_and_a_held_one_is_not() -> None:
     a = pool.empty(BIG, np.float32)
     a[...] = 1.0
