@@ -59,8 +59,26 @@ def test_register_tiles_skip_llvms_unroller_unless_a_reduction_loop_is_short(
     assert cpu.optimization_level(tiled(product, 64, 6)) == 3
 
 
+def short_reorder_kernel(rows: int = 64, terms: int = 10, columns: int = 576) -> Kernel:
+    """The CNN linear layer's input gradient, dlogits (rows x 10) @ W (10 x 576), in i-k-j order."""
+    return attrs.evolve(product_kernel(rows, terms, columns),
+                        opts=(Opt("reorder", 0, 0), Opt("upcast", 0, 2), Opt("thread", 0, 2)))
+
+
+def test_short_reductions_in_ikj_order_get_o2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    assert cpu.optimization_level(short_reorder_kernel()) == 2, "O3 would flatten its 10 passes over a 576 row"
+    assert cpu.optimization_level(short_reorder_kernel(terms=cpu.SHORT_REORDER + 1)) == 3
+    plain = attrs.evolve(product_kernel(64, 10, 576), opts=(Opt("thread", 0, 2),))
+    assert cpu.optimization_level(plain) == 3, "not in i-k-j order: a sum in registers, O3"
+    assert cpu.optimization_level(short_reorder_kernel(rows=2, columns=16)) == 0, "a small kernel: unoptimised"
+    monkeypatch.setenv("FUNCGRAD_OPT", "3")
+    assert cpu.optimization_level(short_reorder_kernel()) == 3
+
+
 def test_the_pipelines_compute_the_same_bits(llvm: compiler.LLVMCompiler) -> None:
-    for kernel in (tiled(product_kernel(48, 100, 80, epilogue=True), 64, 6), tiled(conv_kernel(), 32, 4)):
+    for kernel in (tiled(product_kernel(48, 100, 80, epilogue=True), 64, 6), tiled(conv_kernel(), 32, 4),
+                   short_reorder_kernel(rows=9, columns=100)):
         source = render_llvm(kernel)
         inputs = random_inputs(kernel, seed=3)
         results = [run_object(kernel, llvm.compile(source, number), inputs) for number in sorted(compiler.PIPELINES)]
