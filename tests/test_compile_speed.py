@@ -78,6 +78,21 @@ def test_short_reductions_in_ikj_order_get_o2(monkeypatch: pytest.MonkeyPatch) -
     assert cpu.optimization_level(short_reorder_kernel()) == 3
 
 
+def adam_like_kernel(size: int) -> Kernel:
+    """An elementwise kernel with a square root, a divide and an exp over ``size`` elements."""
+    x = np.ones(size, np.float32)
+    kernels = kernels_of(lambda p, g, m: p - 0.1 * (0.9 * m + g) / (fnp.sqrt(g * g) + 1e-8) * fnp.exp(-p), x, x, x)
+    assert len(kernels) == 1 and kernels[0].reduce_expr is None
+    return kernels[0]
+
+
+def test_small_elementwise_kernels_get_o1_without_unrolling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    assert cpu.optimization_level(adam_like_kernel(cpu.SMALL_ELEMENTWISE_WORK - 1)) == 4
+    assert cpu.optimization_level(adam_like_kernel(cpu.SMALL_ELEMENTWISE_WORK)) == 3
+    assert cpu.optimization_level(adam_like_kernel(cpu.SMALL_KERNEL_WORK - 1)) == 0
+
+
 def test_a_short_partial_sum_stays_a_loop_that_vectorises(llvm: compiler.LLVMCompiler) -> None:
     """BatchNorm's sum over (batch, H*W) per channel: O3 fully unrolled each 64-term partial into a
     scalar chain (5.8 ms at batch 512); kept a loop, it vectorises (0.15 ms)."""
@@ -98,7 +113,7 @@ def test_a_short_partial_sum_stays_a_loop_that_vectorises(llvm: compiler.LLVMCom
 
 def test_the_pipelines_compute_the_same_bits(llvm: compiler.LLVMCompiler) -> None:
     for kernel in (tiled(product_kernel(48, 100, 80, epilogue=True), 64, 6), tiled(conv_kernel(), 32, 4),
-                   short_reorder_kernel(rows=9, columns=100)):
+                   short_reorder_kernel(rows=9, columns=100), adam_like_kernel(5000)):
         source = render_llvm(kernel)
         inputs = random_inputs(kernel, seed=3)
         results = [run_object(kernel, llvm.compile(source, number), inputs) for number in sorted(compiler.PIPELINES)]

@@ -55,7 +55,8 @@ PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]]] = {
     # O1 without LLVM's loop unroller, for register tiles (funcgrad.lower.render_tile), which are
     # unrolled and vectorised already: O3's unrolling and extra passes only make code to compile
     # (the MLP's 256x784 @ 784x512 tile: 64 ms of LLVM at O3, 32 ms here, as fast; a 2048 matmul's
-    # inner loop is the same code as O3's without its 2x unrolling); see cpu.optimization_level
+    # inner loop is the same code as O3's without its 2x unrolling); and small elementwise kernels;
+    # see cpu.optimization_level
     4: (1, (("loop_unrolling", False),)),
 }
 
