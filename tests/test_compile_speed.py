@@ -6,7 +6,6 @@ disk caches keep them apart, and that compiling threads do not queue behind llvm
 from __future__ import annotations
 
 import gc
-import math
 import threading
 from pathlib import Path
 
@@ -214,31 +213,53 @@ def test_threads_compiling_at_once_emit_what_one_thread_emits(llvm: compiler.LLV
     assert all(results[worker] == want for worker in range(3))
 
 
-def test_compile_many_writes_its_objects_to_disk_in_the_background(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A plan's first build does not wait for ~89 fsyncs: compile_many's objects are written on a
-    thread of their own; this process reads them back from memory until they are on disk."""
+def test_compile_many_stores_each_object_in_the_thread_that_compiled_it(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each object's fsync happens while other kernels compile, not after the last one; all are on
+    disk when compile_many returns."""
     monkeypatch.setattr(cpu, "thread_count", lambda: 2)
     device = cpu.CPUDevice(cache_dir=tmp_path)
-    kernels = [erf_kernel("erf_stored_later"), adam_like_kernel(5000)]
-    written = threading.Event()
-    real_write = cpu.DiskCache._store_then_forget
+    storing_threads: list[str] = []
+    real_store = cpu.DiskCache.store
 
-    def slow_write(self: cpu.DiskCache, path: Path, key: str, payload: bytes) -> None:
-        written.wait(timeout=60)  # held back until the checks below have run
-        real_write(self, path, key, payload)
+    def store(self: cpu.DiskCache, key: str, payload: bytes) -> None:
+        storing_threads.append(threading.current_thread().name)
+        real_store(self, key, payload)
 
-    monkeypatch.setattr(cpu.DiskCache, "_store_then_forget", slow_write)
-    compiled = device.compile_many(kernels)
-    keys = [compiled_kernel.cache_token[1] for compiled_kernel in compiled if compiled_kernel.cache_token]
-    assert len(keys) == 2 and not any(device.disk_cache.path(key).exists() for key in keys), "not written yet"
-    again = cpu.CPUDevice(cache_dir=tmp_path).compile(kernels[0])
-    assert again.origin == "disk", "another device of this process finds it while it is being written"
-    written.set()
-    cpu.DiskCache.wait_for_background_stores()
-    assert all(device.disk_cache.path(key).exists() for key in keys)
-    assert not cpu._PENDING_STORES
-    x = np.linspace(-2, 2, 1000, dtype=np.float32)
-    out, scaled = np.empty(1000, np.float32), np.empty(1000, np.float32)
-    again([x], [out, scaled])
-    np.testing.assert_allclose(out, [math.erf(v) for v in x.astype(np.float64)], rtol=1e-6, atol=1e-7)
+    monkeypatch.setattr(cpu.DiskCache, "store", store)
+    compiled = device.compile_many([erf_kernel("erf_stored_by_its_thread"), adam_like_kernel(5000)])
+    assert len(storing_threads) == 2 and all(name.startswith("funcgrad-llvm") for name in storing_threads)
+    assert all(c.cache_token is not None and device.disk_cache.path(c.cache_token[1]).exists() for c in compiled)
+
+
+def test_kernels_differing_only_in_name_and_size_compile_once(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An elementwise loop runs over [start, end): a 64- and a 32-element Adam update of two biases
+    are the same code (shared_source), compiled once, each run over its own size."""
+    monkeypatch.setattr(cpu, "thread_count", lambda: 2)
+    small, large = adam_like_kernel(5000), adam_like_kernel(7000)
+    large = attrs.evolve(large, name="renamed_update")
+    assert render_llvm(small) != render_llvm(large)
+    assert cpu.shared_source(render_llvm(small), small) == cpu.shared_source(render_llvm(large), large)
+    device = cpu.CPUDevice(cache_dir=tmp_path)
+    sources: list[str] = []
+    real_compile = cpu.host_target().compile_alone
+
+    def compile_alone(source: str, level: int = 3) -> bytes:
+        sources.append(source)
+        return real_compile(source, level)
+
+    monkeypatch.setattr(cpu.host_target(), "compile_alone", compile_alone)
+    compiled = device.compile_many([small, large])
+    assert len(sources) == 1 and f"@{cpu.SHARED_NAME}(" in sources[0], "one LLVM compile for both"
+    keys = [c.cache_token[1] for c in compiled if c.cache_token is not None]
+    assert len(keys) == 2 and keys[0] == keys[1], "one disk-cache entry"
+    assert all(c.source.startswith(device.render(k)) for c, k in zip(compiled, (small, large))), "each keeps its own"
+    for kernel, done in zip((small, large), compiled):
+        inputs = random_inputs(kernel, seed=5)
+        got = [np.empty(aval.shape, aval.dtype) for aval in kernel.out_avals]
+        done(inputs, got)
+        want = run_object(kernel, compiler.LLVMCompiler().compile(render_llvm(kernel), 3), inputs)
+        np.testing.assert_array_equal(got[0], want[0])
+    again = cpu.CPUDevice(cache_dir=tmp_path).load_cached(large, compiled[1].cache_token)
+    assert again is not None and again.origin == "disk" and again.source == compiled[1].source

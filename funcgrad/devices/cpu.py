@@ -80,7 +80,8 @@ PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_COST = 100
 TRANSCENDENTAL = {"exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
                   "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "pow", "atan2", "rem"}
-CACHE_FORMAT = "funcgrad-cpu-object-v2"  # v2: kernels get different LLVM pipelines (optimization_level)
+CACHE_FORMAT = "funcgrad-cpu-object-v3"  # v2: kernels get different LLVM pipelines; v3: objects name it SHARED_NAME
+SHARED_NAME = "funcgrad_kernel"  # the function in every object: kernels differing only in name share their code
 _MAGIC = b"FGOBJ01\n"
 
 
@@ -335,35 +336,9 @@ def keep_engine(engine: Any) -> None:
 
 # --- the disk cache ----------------------------------------------------------------------------------
 
-_STORES_LOCK = threading.Lock()
-_PENDING_STORES: dict[Path, bytes] = {}  # entries being written in the background: path -> object code
-_store_executor: ThreadPoolExecutor | None = None
-
-
-def _background_stores() -> ThreadPoolExecutor:
-    """One thread that writes compile_many's objects to disk (interpreter exit waits for it)."""
-    global _store_executor
-    with _STORES_LOCK:
-        if _store_executor is None:
-            _store_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="funcgrad-cache-store")
-        return _store_executor
-
-
-def _forget_background_stores() -> None:  # a forked child: the parent's thread and writes are not ours
-    global _store_executor, _STORES_LOCK
-    _store_executor, _STORES_LOCK = None, threading.Lock()
-    _PENDING_STORES.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_background_stores)
-
-
 class DiskCache:
     """Object code on disk, one checksummed file per key; unreadable or corrupt entries read as
-    missing. A folder that cannot be created disables the cache silently. ``store(..., background=True)``
-    writes on a thread of its own (each file is fsynced: ~0.5 ms, 40-50 ms for the CNN's 89 kernels,
-    which a plan's first build waited for); meanwhile ``load`` in this process returns it from memory."""
+    missing. A folder that cannot be created disables the cache silently."""
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
         self.folder = Path(folder or cache_root()) / "cpu"
@@ -377,10 +352,6 @@ class DiskCache:
         return self.folder / f"{key}.o"
 
     def load(self, key: str) -> bytes | None:
-        with _STORES_LOCK:
-            pending = _PENDING_STORES.get(self.path(key))
-        if pending is not None:
-            return pending
         try:
             data = self.path(key).read_bytes()
         except OSError:
@@ -397,13 +368,7 @@ class DiskCache:
             os.utime(self.path(key))  # a hit makes the entry recently used for trim_folder
         return payload
 
-    def store(self, key: str, payload: bytes, background: bool = False) -> None:
-        if background:
-            path = self.path(key)
-            with _STORES_LOCK:
-                _PENDING_STORES[path] = payload
-            _background_stores().submit(self._store_then_forget, path, key, payload)
-            return
+    def store(self, key: str, payload: bytes) -> None:
         entry = _MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
         if not write_atomically(self.path(key), entry, durable=True):
             return
@@ -413,19 +378,6 @@ class DiskCache:
             trim_folder(self.folder, self.max_bytes)
         else:
             self._unchecked_bytes += len(entry)
-
-    def _store_then_forget(self, path: Path, key: str, payload: bytes) -> None:
-        try:
-            self.store(key, payload)
-        finally:
-            with _STORES_LOCK:
-                if _PENDING_STORES.get(path) is payload:
-                    del _PENDING_STORES[path]
-
-    @staticmethod
-    def wait_for_background_stores() -> None:
-        """Return once every background store so far is on disk."""
-        _background_stores().submit(lambda: None).result()
 
 
 def trim_folder(folder: Path, max_bytes: int, keep_fraction: float = 0.75) -> int:
@@ -684,6 +636,17 @@ def optimization_level(kernel: Kernel) -> int:
     return 3
 
 
+def shared_source(source: str, kernel: Kernel) -> str:
+    """What is compiled for a kernel's LLVM ``source``: without the kernel listing above the code
+    and with the function named SHARED_NAME, so kernels that differ only in name and shapes the
+    code does not read (a flat elementwise loop runs over [start, end)) compile once and share one
+    disk-cache entry (each is still loaded, and kept in memory, as itself): the CNN's 89 kernels
+    are 76 compiles (a bias's and a filter's Adam update, say), the MLP's 28 are 24."""
+    lines = source.splitlines()
+    first = next((i for i, line in enumerate(lines) if not line.startswith(";")), len(lines))
+    return "\n".join(lines[first:]).replace(f"@{llvm_function_name(kernel)}(", f"@{SHARED_NAME}(") + "\n"
+
+
 class CPUDevice:
     """Compiles kernels for the host CPU (see the module docstring).
 
@@ -730,23 +693,27 @@ class CPUDevice:
             return [self.compile(kernel) for kernel in kernels]
         target = host_target()
 
-        def build(source: str, level: int) -> bytes | BaseException:
+        def build(source: str, level: int, key: str) -> bytes | BaseException:
             try:
                 self._check_symbols(source)
-                return target.compile_alone(source, level)
+                object_code = target.compile_alone(source, level)
             except RuntimeError as error:
                 return error
+            # stored here, while the other threads' kernels compile: its fsync (~0.5 ms; 40-50 ms
+            # for the CNN's 89 kernels) no longer waits until after the last one
+            self.disk_cache.store(key, object_code)
+            return object_code
 
-        prepared: list[CompiledKernel | tuple[Kernel, str, int, str]] = []
+        prepared: list[CompiledKernel | tuple[Kernel, str, int, str, str]] = []
         builds: dict[str, Future[bytes | BaseException]] = {}  # one compile per distinct source
         stream = beam_width() == 0
         with _compile_pool_lock:
             pool = compile_pool()
 
-            def submit(item: CompiledKernel | tuple[Kernel, str, int, str]) -> None:
-                if not isinstance(item, CompiledKernel) and item[1] not in builds \
+            def submit(item: CompiledKernel | tuple[Kernel, str, int, str, str]) -> None:
+                if not isinstance(item, CompiledKernel) and item[4] not in builds \
                         and self.disk_cache.load(item[3]) is None:
-                    builds[item[1]] = pool.submit(build, item[1], item[2])
+                    builds[item[4]] = pool.submit(build, item[4], item[2], item[3])
 
             for kernel in kernels:
                 prepared.append(self._prepare(kernel))
@@ -757,11 +724,11 @@ class CPUDevice:
             started = time.perf_counter()
             objects = {source: future.result() for source, future in builds.items()}
             PHASE_SECONDS["llvm"] += time.perf_counter() - started
-        return [p if isinstance(p, CompiledKernel) else self._finish(*p, objects.get(p[1])) for p in prepared]
+        return [p if isinstance(p, CompiledKernel) else self._finish(*p, objects.get(p[4])) for p in prepared]
 
-    def _prepare(self, kernel: Kernel) -> CompiledKernel | tuple[Kernel, str, int, str]:
+    def _prepare(self, kernel: Kernel) -> CompiledKernel | tuple[Kernel, str, int, str, str]:
         """Optimise and render ``kernel``: the compiled kernel if memory has it, else (kernel with
-        its opts, LLVM source, LLVM pipeline, disk-cache key)."""
+        its opts, LLVM source, LLVM pipeline, disk-cache key, the source compiled: ``shared_source``)."""
         started = time.perf_counter()
         try:
             kernel = optimize(kernel)  # heuristics, a stored BEAM choice, or a search when BEAM is set
@@ -779,9 +746,10 @@ class CPUDevice:
         cached = self._from_memory(kernel, source)
         if cached is not None:
             return cached
-        return kernel, source, level, self.disk_cache.key(source)
+        shared = shared_source(source, kernel)
+        return kernel, source, level, self.disk_cache.key(shared), shared
 
-    def _finish(self, kernel: Kernel, source: str, level: int, key: str,
+    def _finish(self, kernel: Kernel, source: str, level: int, key: str, shared: str,
                 built: bytes | BaseException | None) -> CompiledKernel:
         """Load the kernel's object code (``built`` by compile_many, else from disk or compiled now)."""
         cached = self._from_memory(kernel, source)  # a twin earlier in compile_many's list
@@ -792,19 +760,19 @@ class CPUDevice:
             raise KernelCompileError(f"kernel {kernel.name} failed to compile: {built}{detail}") from built
         started = time.perf_counter()
         target = host_target()
-        function_name = llvm_function_name(kernel)
-        origin, (engine, address) = "disk", (None, 0) if built is not None else self._load_object(key, function_name)
+        origin, (engine, address) = "disk", (None, 0) if built is not None else self._load_object(key)
         if engine is None:
             origin = "compiled"
             try:
                 if built is None:
                     self._check_symbols(source)
-                object_code = built if built is not None else target.compile(source, level)
-                engine, address = target.load(object_code, function_name)
+                object_code = built if built is not None else target.compile(shared, level)
+                engine, address = target.load(object_code, SHARED_NAME)
             except RuntimeError as error:
                 detail = f"\n{source}" if debug_level() >= 4 else " (DEBUG=4 shows its LLVM source)"
                 raise KernelCompileError(f"kernel {kernel.name} failed to compile: {error}{detail}") from error
-            self.disk_cache.store(key, object_code, background=built is not None)  # compile_many's: not waited for
+            if built is None:  # (compile_many's builds stored theirs)
+                self.disk_cache.store(key, object_code)
         self.stats["disk_hits" if origin == "disk" else "compiled"] += 1
         PHASE_COUNTS["kernels_from_disk" if origin == "disk" else "kernels_compiled"] += 1
         PHASE_SECONDS["llvm"] += time.perf_counter() - started
@@ -823,13 +791,13 @@ class CPUDevice:
         compiled.cache_token = cached.cache_token
         return compiled
 
-    def _load_object(self, key: str, function_name: str) -> tuple[Any, int]:
+    def _load_object(self, key: str) -> tuple[Any, int]:
         """The disk cache's object code for ``key`` linked into an engine, or (None, 0)."""
         object_code = self.disk_cache.load(key)
         if object_code is None:
             return None, 0
         try:
-            return host_target().load(object_code, function_name)
+            return host_target().load(object_code, SHARED_NAME)
         except RuntimeError:
             return None, 0  # a checksummed entry LLVM still rejects: rebuild it
 
@@ -854,7 +822,7 @@ class CPUDevice:
         if cached is not None:
             return cached
         started = time.perf_counter()
-        engine, address = self._load_object(key, llvm_function_name(kernel))
+        engine, address = self._load_object(key)
         if engine is None:
             return None
         self.stats["disk_hits"] += 1
