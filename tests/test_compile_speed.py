@@ -213,25 +213,6 @@ def test_threads_compiling_at_once_emit_what_one_thread_emits(llvm: compiler.LLV
     assert all(results[worker] == want for worker in range(3))
 
 
-def test_compile_many_stores_each_object_in_the_thread_that_compiled_it(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each object's fsync happens while other kernels compile, not after the last one; all are on
-    disk when compile_many returns."""
-    monkeypatch.setattr(cpu, "thread_count", lambda: 2)
-    device = cpu.CPUDevice(cache_dir=tmp_path)
-    storing_threads: list[str] = []
-    real_store = cpu.DiskCache.store
-
-    def store(self: cpu.DiskCache, key: str, payload: bytes) -> None:
-        storing_threads.append(threading.current_thread().name)
-        real_store(self, key, payload)
-
-    monkeypatch.setattr(cpu.DiskCache, "store", store)
-    compiled = device.compile_many([erf_kernel("erf_stored_by_its_thread"), adam_like_kernel(5000)])
-    assert len(storing_threads) == 2 and all(name.startswith("funcgrad-llvm") for name in storing_threads)
-    assert all(c.cache_token is not None and device.disk_cache.path(c.cache_token[1]).exists() for c in compiled)
-
-
 def test_kernels_differing_only_in_name_and_size_compile_once(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """An elementwise loop runs over [start, end): a 64- and a 32-element Adam update of two biases
