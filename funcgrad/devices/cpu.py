@@ -83,7 +83,8 @@ TRANSCENDENTAL_COST = 100
 INLINE_TRANSCENDENTAL_COST = 10
 TRANSCENDENTAL = {"exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
                   "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "pow", "atan2", "rem"}
-CACHE_FORMAT = "funcgrad-cpu-object-v2"  # v2: kernels get different LLVM pipelines (optimization_level)
+CACHE_FORMAT = "funcgrad-cpu-object-v3"  # v2: kernels get different LLVM pipelines; v3: objects name it SHARED_NAME
+SHARED_NAME = "funcgrad_kernel"  # the function in every object: kernels differing only in name share their code
 _MAGIC = b"FGOBJ01\n"
 
 
@@ -372,7 +373,9 @@ class DiskCache:
 
     def store(self, key: str, payload: bytes) -> None:
         entry = _MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
-        if not write_atomically(self.path(key), entry, durable=True):
+        # not fsynced (~0.5 ms a file, 40-50 ms of a cold CNN step): an entry a crash tears or empties
+        # fails its checksum and reads as missing
+        if not write_atomically(self.path(key), entry):
             return
         # trim on the first store of the process, then after every eighth of the bound written
         if self._unchecked_bytes is None or self._unchecked_bytes + len(entry) > self.max_bytes // 8:
@@ -604,6 +607,8 @@ class CompiledKernel:
 
 SMALL_KERNEL_WORK = 1 << 12  # loop iterations below which a kernel is compiled without optimisation
 SHORT_REDUCTION = 6  # a register tile with a reduction loop shorter than this keeps LLVM's unroller
+SHORT_REORDER = 32  # an i-k-j (reorder) kernel summing at most this many terms gets O2 (pipeline 2)
+SMALL_ELEMENTWISE_WORK = 1 << 16  # elementwise kernels below this many elements get pipeline 4
 
 
 def optimization_level(kernel: Kernel) -> int:
@@ -616,8 +621,15 @@ def optimization_level(kernel: Kernel) -> int:
       unrolled and vectorised itself: 35-80% less LLVM time, the same speed and bits. Unless a
       reduction loop is shorter than SHORT_REDUCTION (a convolution's 3x3 or 5x5 window): at O3,
       whose unroller flattens those, they run up to 10% faster.
+    - 4 also for elementwise kernels under SMALL_ELEMENTWISE_WORK elements (the CNN's weight
+      updates and layout copies, 5-40 K elements): 8-10 ms of LLVM instead of 8-32 ms, within a
+      few microseconds a call, the same bits (no reduction to reassociate).
+    - 2 (O2) for plain loops in i-k-j order (a ``reorder`` opt) summing at most SHORT_REORDER
+      terms: O3 fully unrolls the few passes over their stack rows into a lot of code (the CNN's
+      10-term linear input gradient: 0.29 s of LLVM at O3, 0.08 s at O2, as fast). Each output
+      element is still summed in term order, so the bits do not depend on how its row is vectorised.
     - 3 (O3) otherwise: plain loops need LLVM's unroller and vectorisers (a pooling window runs
-      4-9x slower without unrolling).
+      4-9x slower without unrolling; O2 made some elementwise kernels 2-10x slower).
 
     ``FUNCGRAD_OPT=0`` or ``3`` gives every kernel that level."""
     forced = os.environ.get("FUNCGRAD_OPT")
@@ -629,7 +641,22 @@ def optimization_level(kernel: Kernel) -> int:
     tiled = any(opt.action == "tile" for opt in kernel.opts or ())
     if tiled and not any(1 < length < SHORT_REDUCTION for length in kernel.reduce_shape):
         return 4
+    if kernel.reduce_expr is None and work < SMALL_ELEMENTWISE_WORK:
+        return 4
+    if any(opt.action == "reorder" for opt in kernel.opts or ()) and int(np.prod(kernel.reduce_shape)) <= SHORT_REORDER:
+        return 2
     return 3
+
+
+def shared_source(source: str, kernel: Kernel) -> str:
+    """What is compiled for a kernel's LLVM ``source``: without the kernel listing above the code
+    and with the function named SHARED_NAME, so kernels that differ only in name and shapes the
+    code does not read (a flat elementwise loop runs over [start, end)) compile once and share one
+    disk-cache entry (each is still loaded, and kept in memory, as itself): the CNN's 89 kernels
+    are 76 compiles (a bias's and a filter's Adam update, say), the MLP's 28 are 24."""
+    lines = source.splitlines()
+    first = next((i for i, line in enumerate(lines) if not line.startswith(";")), len(lines))
+    return "\n".join(lines[first:]).replace(f"@{llvm_function_name(kernel)}(", f"@{SHARED_NAME}(") + "\n"
 
 
 class CPUDevice:
@@ -685,16 +712,16 @@ class CPUDevice:
             except RuntimeError as error:
                 return error
 
-        prepared: list[CompiledKernel | tuple[Kernel, str, int, str]] = []
+        prepared: list[CompiledKernel | tuple[Kernel, str, int, str, str]] = []
         builds: dict[str, Future[bytes | BaseException]] = {}  # one compile per distinct source
         stream = beam_width() == 0
         with _compile_pool_lock:
             pool = compile_pool()
 
-            def submit(item: CompiledKernel | tuple[Kernel, str, int, str]) -> None:
-                if not isinstance(item, CompiledKernel) and item[1] not in builds \
+            def submit(item: CompiledKernel | tuple[Kernel, str, int, str, str]) -> None:
+                if not isinstance(item, CompiledKernel) and item[4] not in builds \
                         and self.disk_cache.load(item[3]) is None:
-                    builds[item[1]] = pool.submit(build, item[1], item[2])
+                    builds[item[4]] = pool.submit(build, item[4], item[2])
 
             for kernel in kernels:
                 prepared.append(self._prepare(kernel))
@@ -705,11 +732,11 @@ class CPUDevice:
             started = time.perf_counter()
             objects = {source: future.result() for source, future in builds.items()}
             PHASE_SECONDS["llvm"] += time.perf_counter() - started
-        return [p if isinstance(p, CompiledKernel) else self._finish(*p, objects.get(p[1])) for p in prepared]
+        return [p if isinstance(p, CompiledKernel) else self._finish(*p, objects.get(p[4])) for p in prepared]
 
-    def _prepare(self, kernel: Kernel) -> CompiledKernel | tuple[Kernel, str, int, str]:
+    def _prepare(self, kernel: Kernel) -> CompiledKernel | tuple[Kernel, str, int, str, str]:
         """Optimise and render ``kernel``: the compiled kernel if memory has it, else (kernel with
-        its opts, LLVM source, LLVM pipeline, disk-cache key)."""
+        its opts, LLVM source, LLVM pipeline, disk-cache key, the source compiled: ``shared_source``)."""
         started = time.perf_counter()
         try:
             kernel = optimize(kernel)  # heuristics, a stored BEAM choice, or a search when BEAM is set
@@ -727,9 +754,10 @@ class CPUDevice:
         cached = self._from_memory(kernel, source)
         if cached is not None:
             return cached
-        return kernel, source, level, self.disk_cache.key(source)
+        shared = shared_source(source, kernel)
+        return kernel, source, level, self.disk_cache.key(shared), shared
 
-    def _finish(self, kernel: Kernel, source: str, level: int, key: str,
+    def _finish(self, kernel: Kernel, source: str, level: int, key: str, shared: str,
                 built: bytes | BaseException | None) -> CompiledKernel:
         """Load the kernel's object code (``built`` by compile_many, else from disk or compiled now)."""
         cached = self._from_memory(kernel, source)  # a twin earlier in compile_many's list
@@ -740,15 +768,14 @@ class CPUDevice:
             raise KernelCompileError(f"kernel {kernel.name} failed to compile: {built}{detail}") from built
         started = time.perf_counter()
         target = host_target()
-        function_name = llvm_function_name(kernel)
-        origin, (engine, address) = "disk", (None, 0) if built is not None else self._load_object(key, function_name)
+        origin, (engine, address) = "disk", (None, 0) if built is not None else self._load_object(key)
         if engine is None:
             origin = "compiled"
             try:
                 if built is None:
                     self._check_symbols(source)
-                object_code = built if built is not None else target.compile(source, level)
-                engine, address = target.load(object_code, function_name)
+                object_code = built if built is not None else target.compile(shared, level)
+                engine, address = target.load(object_code, SHARED_NAME)
             except RuntimeError as error:
                 detail = f"\n{source}" if debug_level() >= 4 else " (DEBUG=4 shows its LLVM source)"
                 raise KernelCompileError(f"kernel {kernel.name} failed to compile: {error}{detail}") from error
@@ -771,13 +798,13 @@ class CPUDevice:
         compiled.cache_token = cached.cache_token
         return compiled
 
-    def _load_object(self, key: str, function_name: str) -> tuple[Any, int]:
+    def _load_object(self, key: str) -> tuple[Any, int]:
         """The disk cache's object code for ``key`` linked into an engine, or (None, 0)."""
         object_code = self.disk_cache.load(key)
         if object_code is None:
             return None, 0
         try:
-            return host_target().load(object_code, function_name)
+            return host_target().load(object_code, SHARED_NAME)
         except RuntimeError:
             return None, 0  # a checksummed entry LLVM still rejects: rebuild it
 
@@ -802,7 +829,7 @@ class CPUDevice:
         if cached is not None:
             return cached
         started = time.perf_counter()
-        engine, address = self._load_object(key, llvm_function_name(kernel))
+        engine, address = self._load_object(key)
         if engine is None:
             return None
         self.stats["disk_hits"] += 1

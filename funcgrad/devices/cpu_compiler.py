@@ -47,11 +47,16 @@ __all__ = ["LLVMCompiler", "WorkerClient", "load_object", "CodeMemory", "Unsuppo
 # on this table, so it is part of the disk caches' fingerprint (cpu._Target.fingerprint).
 PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]]] = {
     0: (0, ()),  # small kernels: no optimisation
+    # O2, for plain i-k-j loops over a short reduction (cpu.optimization_level): O3's more eager full
+    # unroller flattens their 10 passes over 576-wide stack rows (the CNN's r_sum_512_576: 23 KB of
+    # code, 0.29 s of LLVM at O3; 7.7 KB, 0.08 s here, as fast and the same bits)
+    2: (2, ()),
     3: (3, ()),  # O3
     # O1 without LLVM's loop unroller, for register tiles (funcgrad.lower.render_tile), which are
     # unrolled and vectorised already: O3's unrolling and extra passes only make code to compile
     # (the MLP's 256x784 @ 784x512 tile: 64 ms of LLVM at O3, 32 ms here, as fast; a 2048 matmul's
-    # inner loop is the same code as O3's without its 2x unrolling); see cpu.optimization_level
+    # inner loop is the same code as O3's without its 2x unrolling); and small elementwise kernels;
+    # see cpu.optimization_level
     4: (1, (("loop_unrolling", False),)),
 }
 
