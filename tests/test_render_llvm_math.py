@@ -4,11 +4,14 @@ the special values: denormal results, the overflow threshold, NaN, +-inf and -0.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from funcgrad.devices.cpu import CPUDevice
 from funcgrad.ir.core import ShapedArray
+from funcgrad.lower import render_llvm as render_llvm_module
 from funcgrad.lower.kernel import Kernel, alu, load, var
 from funcgrad.lower.render_llvm import render_llvm
 
@@ -88,3 +91,24 @@ def test_exp_and_tanh_use_fused_multiply_adds_and_ldexp_not_integer_scaling() ->
     assert source.count("@llvm.ldexp.f32.i32(") == 3  # two calls and the declaration
     assert "@llvm.fmuladd.f32" in source and " shl i32 " not in source
     assert source.count("fdiv") == 1  # tanh's 2 / (exp(2|x|) + 1); exp divides nothing
+
+
+def test_elementwise_inline_math_loops_interleave_four_vectors_with_the_same_bits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sweep: tuple[np.ndarray, dict[str, np.ndarray]]) -> None:
+    """An elementwise loop computing float32 exp/tanh/logistic asks LLVM for 4 vectors per iteration (the
+    polynomials are latency-bound chains); the hint changes the schedule, never an element's bits."""
+    x, with_hint = sweep
+    ops = ("exp", "tanh", "logistic")
+    kernel = Kernel("math_sweep", (x.size,), (ShapedArray(x.shape, F32),),
+                    tuple(ShapedArray(x.shape, F32) for _ in ops),
+                    tuple(alu(op, load(0, var("g0"), F32)) for op in ops))
+    assert '!"llvm.loop.interleave.count", i32 4' in render_llvm(kernel)
+    plain = Kernel("plain", (64,), (ShapedArray((64,), F32),), (ShapedArray((64,), F32),),
+                   (alu("mul", load(0, var("g0"), F32), load(0, var("g0"), F32)),))
+    assert "interleave" not in render_llvm(plain)  # nothing to hide: LLVM's own choice
+    monkeypatch.setattr(render_llvm_module, "_interleave_hints", lambda kernel, choices: ())
+    assert "interleave" not in render_llvm(kernel)
+    outputs = [np.empty_like(x) for _ in ops]
+    CPUDevice(cache_dir=tmp_path).compile(kernel)([x], outputs)
+    for op, got in zip(ops, outputs):
+        assert got.tobytes() == with_hint[op].tobytes(), op

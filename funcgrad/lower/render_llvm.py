@@ -375,7 +375,8 @@ LOOP_HINTS = {"no_vectorize": '!"llvm.loop.vectorize.enable", i1 false',
               "vectorize": '!"llvm.loop.vectorize.enable", i1 true',
               "no_unroll": '!"llvm.loop.unroll.disable"',
               "unroll": '!"llvm.loop.unroll.count", i32 {}',
-              "width": '!"llvm.loop.vectorize.width", i32 {}'}
+              "width": '!"llvm.loop.vectorize.width", i32 {}',
+              "interleave": '!"llvm.loop.interleave.count", i32 {}'}
 
 
 def _hint_entry(hint: str) -> str:
@@ -714,7 +715,8 @@ def render_llvm(kernel: Kernel) -> str:
     _store_outputs(builder, kernel, global_vars)
     for position in reversed(range(len(order))):
         innermost = position == len(order) - 1 and (not reduce_vars or outer < len(order))
-        builder.close_loop(global_vars[order[position]], hints=choices.inner_hints() if innermost else ())
+        hints = (*choices.inner_hints(), *_interleave_hints(kernel, choices)) if innermost else ()
+        builder.close_loop(global_vars[order[position]], hints=hints)
     return _module(kernel, builder)
 
 
@@ -843,6 +845,28 @@ def _partial_hints(kernel: Kernel, choices: LoopChoices, depth: int, loops: int)
             or kernel.reduce_shape[depth] > SHORT_PARTIAL or any(hint.startswith("unroll") for hint in hints):
         return hints
     return (*hints, "no_unroll") if "no_unroll" not in hints else hints
+
+
+INLINE_INTERLEAVE = 4  # vectors in flight per iteration of an elementwise loop with float32 exp/tanh/logistic
+
+
+def _inline_math(e: KExpr, memo: dict[KExpr, bool]) -> bool:
+    """Does ``e`` compute a float32 exp, tanh or logistic (FLOAT32_OPS: a long chain of dependent vector
+    operations)?"""
+    if e not in memo:
+        memo[e] = (e.op in FLOAT32_OPS and np.dtype(e.dtype) == FLOAT32) or any(_inline_math(a, memo) for a in e.args)
+    return memo[e]
+
+
+def _interleave_hints(kernel: Kernel, choices: LoopChoices) -> tuple[str, ...]:
+    """``interleave=4`` for the innermost loop of an elementwise kernel computing a FLOAT32_OPS function,
+    when the opts leave its vectorisation to LLVM: one vector's ~30 dependent operations are latency-bound,
+    and four independent vectors per iteration keep the cores busy (GELU over 2^24 floats, one thread:
+    10.5 -> 8.8 ms; the same bits: each element's arithmetic is unchanged)."""
+    if kernel.reduce_expr is not None or choices.vectorize is not None:
+        return ()
+    memo: dict[KExpr, bool] = {}
+    return (f"interleave={INLINE_INTERLEAVE}",) if any(_inline_math(e, memo) for e in kernel.outputs) else ()
 
 
 MAX_ROW = 1 << 14  # the reduce-outer order keeps one output row of accumulators on the stack
