@@ -66,7 +66,7 @@ from funcgrad.devices.cpu_compiler import (
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
-from funcgrad.lower.render_llvm import FLOAT32_OPS, external_symbols, llvm_function_name, render_llvm
+from funcgrad.lower.render_llvm import external_symbols, is_inline_math, llvm_function_name, render_llvm
 
 __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PARALLEL_MIN_WORK"]
 
@@ -503,8 +503,7 @@ def estimated_work(kernel: Kernel) -> int:
         seen.add(e)
         own = 1
         if e.op in TRANSCENDENTAL and e.dtype.kind in "fV":
-            inline = e.op in FLOAT32_OPS and np.dtype(e.dtype) == np.float32
-            own = INLINE_TRANSCENDENTAL_COST if inline else TRANSCENDENTAL_COST
+            own = INLINE_TRANSCENDENTAL_COST if is_inline_math(e) else TRANSCENDENTAL_COST
         return own + sum(cost(a) for a in e.args)
 
     per_iteration = sum(cost(e) for e in (*kernel.outputs, kernel.reduce_expr) if e is not None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -763,11 +764,22 @@ COSTLY = {"exp", "log", "exp2", "log2", "expm1", "log1p", "tanh", "logistic", "e
           "sqrt", "rsqrt", "atan2"}
 
 
+def _computes(e: KExpr, test: Callable[[KExpr], bool], memo: dict[KExpr, bool]) -> bool:
+    """Does ``test`` hold for ``e`` or any node below it (``memo``: the answers so far, for one ``test``)?"""
+    if e not in memo:
+        memo[e] = test(e) or any(_computes(a, test, memo) for a in e.args)
+    return memo[e]
+
+
 def _costly(e: KExpr, memo: dict[KExpr, bool]) -> bool:
     """Does ``e`` compute anything dearer than a load from L1 (a transcendental function, a divide)?"""
-    if e not in memo:
-        memo[e] = e.op in COSTLY or any(_costly(a, memo) for a in e.args)
-    return memo[e]
+    return _computes(e, lambda node: node.op in COSTLY, memo)
+
+
+def is_inline_math(e: KExpr) -> bool:
+    """Is ``e`` a float32 exp, tanh or logistic, rendered as an inline polynomial (FLOAT32_OPS: a chain
+    of ~30 dependent vector operations, ~1 ns an element, where a libm call costs ~10)?"""
+    return e.op in FLOAT32_OPS and np.dtype(e.dtype) == FLOAT32
 
 
 def loop_variables(e: KExpr) -> set[str]:
@@ -850,14 +862,6 @@ def _partial_hints(kernel: Kernel, choices: LoopChoices, depth: int, loops: int)
 INLINE_INTERLEAVE = 4  # vectors in flight per iteration of an elementwise loop with float32 exp/tanh/logistic
 
 
-def _inline_math(e: KExpr, memo: dict[KExpr, bool]) -> bool:
-    """Does ``e`` compute a float32 exp, tanh or logistic (FLOAT32_OPS: a long chain of dependent vector
-    operations)?"""
-    if e not in memo:
-        memo[e] = (e.op in FLOAT32_OPS and np.dtype(e.dtype) == FLOAT32) or any(_inline_math(a, memo) for a in e.args)
-    return memo[e]
-
-
 def _interleave_hints(kernel: Kernel, choices: LoopChoices) -> tuple[str, ...]:
     """``interleave=4`` for the innermost loop of an elementwise kernel computing a FLOAT32_OPS function,
     when the opts leave its vectorisation to LLVM: one vector's ~30 dependent operations are latency-bound,
@@ -866,7 +870,8 @@ def _interleave_hints(kernel: Kernel, choices: LoopChoices) -> tuple[str, ...]:
     if kernel.reduce_expr is not None or choices.vectorize is not None:
         return ()
     memo: dict[KExpr, bool] = {}
-    return (f"interleave={INLINE_INTERLEAVE}",) if any(_inline_math(e, memo) for e in kernel.outputs) else ()
+    return (f"interleave={INLINE_INTERLEAVE}",) if any(_computes(e, is_inline_math, memo) for e in kernel.outputs) \
+        else ()
 
 
 MAX_ROW = 1 << 14  # the reduce-outer order keeps one output row of accumulators on the stack
