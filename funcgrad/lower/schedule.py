@@ -28,7 +28,7 @@ import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
-from funcgrad.ir.core import IR, Eqn, Literal, Var
+from funcgrad.ir.core import IR, Eqn, Literal, ShapedArray, Var
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_vjp_call_p, jit_p
 from funcgrad.lower import kernel as K
 from funcgrad.lower.conv import lower_convolutions
@@ -472,6 +472,164 @@ LOWERINGS: dict[str, Callable[[_KernelBuilder, Eqn, list[K.KExpr]], K.KExpr]] = 
 }
 
 
+# --- storing values that several kernels would gather ---------------------------------------------
+
+SHARED_MIN_BYTES = 1 << 16  # smaller values are recomputed: an extra kernel costs more than their gathers
+SMALL_LOAD_BYTES = 1 << 14  # a buffer this small stays in L1 (a per-channel scale): its loads cost nothing
+
+
+def _kernel_roots(ir: IR, stored: set[int]) -> dict[int, frozenset[int]]:
+    """For every computed var, the stored vars whose kernels compute it (itself if it is stored)."""
+    users: dict[int, list[Eqn]] = {}
+    for eqn in ir.eqns:
+        for atom in eqn.inputs:
+            if isinstance(atom, Var):
+                users.setdefault(atom.id, []).append(eqn)
+    roots: dict[int, frozenset[int]] = {}
+    for eqn in reversed(ir.eqns):  # every user comes after its operands' producers
+        for out in eqn.outputs:
+            if out.id in stored or kind_of(eqn) == "host":
+                roots[out.id] = frozenset({out.id})
+                continue
+            roots[out.id] = frozenset().union(*(roots.get(o.id, frozenset()) for user in users.get(out.id, [])
+                                               if kind_of(user) != "host" for o in user.outputs))
+    return roots
+
+
+def _gather_layout(producer: dict[int, Eqn], stored: set[int], var: Var) -> tuple[int, ...] | None:
+    """If ``var``'s expression, computed at its own elements, loads a large buffer through div/rem index
+    arithmetic (a gather: a pooling window's backward, an upsampling), the axis order to store it in: that
+    of the largest buffer it loads (the order its readers will likely read beside it), as strides at
+    the origin tell; None if it gathers nothing (or carries a reduction)."""
+    builder = _KernelBuilder(producer, lambda v: v.id in stored)
+    shape = var.aval.shape
+    expr = builder.value(var, [K.var(f"g{i}") for i in range(len(shape))], root=True)
+    if builder.reduce is not None or expr.op == "load":
+        return None  # a reduction's epilogue, or a renumbering of a stored array (a copy computes nothing)
+    expr = K.simplify_index(expr, {f"g{i}": d for i, d in enumerate(shape)})
+    loads: dict[K.KExpr, None] = {}
+    _collect(expr, "load", loads, set())
+    large = [load for load in loads if builder.loads[load.arg].aval.size * builder.loads[load.arg].aval.dtype.itemsize
+             > SMALL_LOAD_BYTES]
+    if not any(_collect(load.args[0], ("div", "rem"), {}, set()) for load in large):
+        return None
+    widest = max(large, key=lambda load: builder.loads[load.arg].aval.size)
+    origin = {f"g{i}": 0 for i in range(len(shape))}
+    base = _index_at(widest.args[0], origin)
+    strides = []
+    for axis, size in enumerate(shape):
+        step = _index_at(widest.args[0], {**origin, f"g{axis}": 1}) if size > 1 else None
+        strides.append(0 if step is None or base is None else abs(step - base))
+    return tuple(sorted(range(len(shape)), key=lambda axis: -strides[axis]))
+
+
+def _collect(e: K.KExpr, ops: str | tuple[str, ...], found: dict[K.KExpr, None], seen: set[int]) -> dict[K.KExpr, None]:
+    """The nodes of ``e`` whose op is in ``ops`` (in first-seen order)."""
+    if id(e) in seen:
+        return found
+    seen.add(id(e))
+    if e.op in ((ops,) if isinstance(ops, str) else ops):
+        found[e] = None
+    for a in e.args:
+        _collect(a, ops, found, seen)
+    return found
+
+
+_INDEX_OPS: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a // b, "rem": lambda a, b: a % b, "max": max, "min": min,
+    "lt": lambda a, b: int(a < b), "le": lambda a, b: int(a <= b), "gt": lambda a, b: int(a > b),
+    "ge": lambda a, b: int(a >= b), "eq": lambda a, b: int(a == b), "ne": lambda a, b: int(a != b),
+    "and": lambda a, b: a & b, "or": lambda a, b: a | b}
+
+
+def _index_at(e: K.KExpr, point: dict[str, int]) -> int | None:
+    """The value of index expression ``e`` at loop variables ``point`` (None if it is not plain index arithmetic)."""
+    if e.op == "const":
+        return int(e.arg)
+    if e.op == "var":
+        return point.get(e.arg)
+    args = [_index_at(a, point) for a in e.args]
+    if any(a is None for a in args):
+        return None
+    if e.op == "where":
+        return args[1] if args[0] else args[2]
+    function = _INDEX_OPS.get(e.op)
+    return None if function is None or len(args) != 2 else function(*args)  # type: ignore[arg-type]
+
+
+def _shared_gathers(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
+    """Values to store besides ``stored``, by var id, with the axis order to store each in.
+
+    An elementwise value that several kernels would recompute (the graph branches there: each
+    consumer leads to fewer kernels) and that gathers (see ``_gather_layout``) costs each of them the
+    gather: div/rem index arithmetic, no vector loads, no register tile, and everything under it
+    recomputed per term. BatchNorm's backward after a max-pool is the case: the pool's backward
+    (the cotangent gathered per window times the argmax mask, with BatchNorm's output recomputed) feeds
+    three per-channel sums and the input gradient. Stored once in the layout of what it reads
+    (channels-last there), each reader loads it contiguously; a sum of it becomes a column sum."""
+    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    users: dict[int, list[Eqn]] = {}
+    for eqn in ir.eqns:
+        for atom in eqn.inputs:
+            if isinstance(atom, Var):
+                users.setdefault(atom.id, []).append(eqn)
+    roots = _kernel_roots(ir, stored)
+    # div/rem index arithmetic comes only from reshapes that split or merge axes: the values computed
+    # from one (through equations not stored) are the only ones worth building an expression for
+    regrouped: set[int] = set()
+    chosen: dict[int, tuple[int, ...]] = {}
+    for eqn in ir.eqns:
+        if kind_of(eqn) not in ("elementwise", "movement"):
+            continue
+        var = eqn.outputs[0]
+        if not (eqn.primitive is P.reshape_p and _regroups(eqn.inputs[0].aval.shape, var.aval.shape)) and not any(
+                isinstance(a, Var) and a.id in regrouped and a.id not in stored for a in eqn.inputs):
+            continue
+        regrouped.add(var.id)
+        reached = roots.get(var.id, frozenset())
+        if var.id in stored or len(reached) < 2 or var.aval.size * var.aval.dtype.itemsize < SHARED_MIN_BYTES:
+            continue
+        if any(roots.get(o.id) == reached for user in users.get(var.id, []) for o in user.outputs):
+            continue  # not where the graph branches: the value goes on whole into one consumer
+        order = _gather_layout(producer, stored | set(chosen), var)
+        if order is not None:
+            chosen[var.id] = order
+    return chosen
+
+
+def _regroups(source: Sequence[int], shape: Sequence[int]) -> bool:
+    """Does a reshape from ``source`` to ``shape`` split or merge axes (not only add or drop size-1 ones)?"""
+    return [d for d in source if d != 1] != [d for d in shape if d != 1]
+
+
+def _store_in_order(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[IR, set[int]]:
+    """``ir`` where each chosen var is stored as ``transpose(var, order)`` and read back through the inverse
+    transpose (index arithmetic for its readers); and the ids to store."""
+    substitution: dict[int, Var] = {}
+    keep: set[int] = set()
+    eqns: list[Eqn] = []
+    for eqn in ir.eqns:
+        inputs = [substitution.get(a.id, a) if isinstance(a, Var) else a for a in eqn.inputs]
+        eqns.append(eqn if inputs == list(eqn.inputs) else Eqn(eqn.primitive, inputs, eqn.params, eqn.outputs))
+        for out in eqn.outputs:
+            order = chosen.get(out.id)
+            if order is None:
+                continue
+            if order == tuple(range(len(order))):
+                keep.add(out.id)
+                continue
+            stored = Var(ShapedArray(tuple(out.aval.shape[a] for a in order), out.aval.dtype))
+            inverse = tuple(int(a) for a in np.argsort(order))
+            back = Var(out.aval)
+            eqns.append(Eqn(P.transpose_p, [out], {"permutation": order}, [stored]))
+            eqns.append(Eqn(P.transpose_p, [stored], {"permutation": inverse}, [back]))
+            substitution[out.id] = back
+            keep.add(stored.id)
+    outputs = [substitution.get(a.id, a) if isinstance(a, Var) else a for a in ir.outputs]
+    return IR(ir.in_vars, eqns, outputs, ir.const_vars, ir.consts), keep
+
+
 # --- the schedule -------------------------------------------------------------------------------
 
 _names = itertools.count()
@@ -484,6 +642,11 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
     ir, keep = lower_convolutions(inline_calls(ir))
     producer = {v.id: e for e in ir.eqns for v in e.outputs}
     stored = _materialized(ir, keep, row_reductions)
+    shared = _shared_gathers(ir, stored)
+    if shared:  # store them (in their layout), then decide again what the rest inline
+        ir, extra = _store_in_order(ir, shared)
+        producer = {v.id: e for e in ir.eqns for v in e.outputs}
+        stored = _materialized(ir, keep | extra, row_reductions)
     steps: list[Step] = []
     for eqn in ir.eqns:
         if kind_of(eqn) == "host":
