@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import IO, Any, BinaryIO
 
 __all__ = ["LLVMCompiler", "WorkerClient", "load_object", "CodeMemory", "UnsupportedObject", "undefined_symbols",
@@ -432,6 +433,12 @@ class _Worker:
         for future in pending.values():
             future.set_exception(WorkerDied(f"the compiler worker exited with code {code}"))
 
+    def kill(self) -> None:
+        """End a hung worker now; its reply reader then fails what it still owes (WorkerDied)."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.process.kill()
+
     def close(self) -> None:
         """Close its stdin: it finishes what it has and exits (called with the client's lock held)."""
         self.closed = True
@@ -454,6 +461,8 @@ class WorkerClient:
         self.starts = 0  # workers started by this client (for tests and DEBUG)
         self.idle_seconds = idle_seconds if idle_seconds is not None else \
             float(os.environ.get("FUNCGRAD_COMPILER_IDLE", "60"))
+        # how long one request may wait for its answer before the worker counts as hung and is killed
+        self.timeout_seconds = float(os.environ.get("FUNCGRAD_COMPILER_TIMEOUT", "300"))
         self._idle_watch: threading.Thread | None = None
         os.register_at_fork(after_in_child=self._forget)
 
@@ -485,7 +494,15 @@ class WorkerClient:
             with contextlib.suppress(OSError, ValueError):  # it died (or was closed): its reply reader fails the future
                 worker.send(number, kind, payload)
             try:
-                return future.result()
+                return future.result(timeout=self.timeout_seconds if self.timeout_seconds > 0 else None)
+            except FutureTimeout:
+                with self.lock:
+                    if self.worker is worker:
+                        self.worker = None
+                worker.kill()  # every request it owed fails (WorkerDied) and is asked again of a new worker
+                raise RuntimeError(f"the compiler worker did not answer within {self.timeout_seconds:g} s and was "
+                                   "killed (FUNCGRAD_COMPILER_TIMEOUT sets the limit; FUNCGRAD_COMPILER=inprocess "
+                                   "runs LLVM in this process instead)") from None
             except WorkerDied as died:
                 if attempt == 2:
                     raise RuntimeError(f"{died} twice while compiling (started again once); "

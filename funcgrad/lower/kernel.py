@@ -464,7 +464,10 @@ def _range(e: KExpr, bounds: dict[str, int]) -> tuple[int, int] | None:
 
 
 def simplify_index(e: KExpr, bounds: dict[str, int], memo: dict[KExpr, KExpr] | None = None) -> KExpr:
-    """Simplify the index arithmetic inside ``e`` given loop extents ``bounds`` (name -> extent)."""
+    """Simplify the index arithmetic inside ``e`` given loop extents ``bounds`` (name -> extent).
+    Every value is kept where div and rem divide non-negative numbers, as kernel indices do wherever
+    they are used (a padded view's negative offsets only occur in lanes a where() discards; there the
+    result may be floor division's, not the kernels' truncating one)."""
     memo = {} if memo is None else memo
     node = memo.get(e)
     if node is not None:
@@ -483,8 +486,77 @@ def simplify_index(e: KExpr, bounds: dict[str, int], memo: dict[KExpr, KExpr] | 
             terms = _affine(node)
             if terms is not None:
                 node = _build(terms)
+    elif op == "load" and node.args[0].dtype == INDEX:
+        # fold digit sums only in whole addresses: inside one, a digit sum may still be split by an outer div/rem
+        terms = _affine(node.args[0])
+        folded = terms if terms is None else _recombine(terms, bounds)
+        if folded is not terms and folded is not None:
+            node = KExpr(op, node.dtype, (simplify_index(_build(folded), bounds, memo),), node.arg)
     memo[e] = node
     return node
+
+
+def _recombine(terms: dict[KExpr | None, int], bounds: dict[str, int]) -> dict[KExpr | None, int]:
+    """Fold the digits of a mixed-radix split back together (x >= 0, a, b > 0):
+    ``c*rem(x, a) + c*a*rem(div(x, a), b)`` -> ``c*rem(x, a*b)`` and ``c*rem(x, a) + c*a*div(x, a)`` ->
+    ``c*x``. A flatten of an NCHW image (``rem(g, 3) + 3*rem(div(g, 3), 3) + 9*div(g, 9)``) becomes ``g``
+    again, a load the renderers see as contiguous. Returns ``terms`` itself (not modified) when nothing folds."""
+    if sum(1 for atom in terms if atom is not None and atom.op in ("div", "rem")) < 2:
+        return terms
+    out: dict[KExpr | None, int] = {}
+    for atom, coef in terms.items():
+        if atom is not None and atom.op == "rem":
+            atom = alu("rem", _flat_div(atom.args[0], bounds), atom.args[1])
+        elif atom is not None:
+            atom = _flat_div(atom, bounds)
+        out[atom] = out.get(atom, 0) + coef
+    folded = False
+    while True:
+        step = _fold_one(out, bounds)
+        if step is None:
+            break
+        out, folded = step, True
+    return {atom: coef for atom, coef in out.items() if coef or atom is None} if folded else terms
+
+
+def _flat_div(atom: KExpr, bounds: dict[str, int]) -> KExpr:
+    """div(div(y, a), b) -> div(y, a*b) for y >= 0 (so the digits of one number name it alike)."""
+    while (atom.op == "div" and atom.args[0].op == "div" and is_const(atom.args[1]) and is_const(atom.args[0].args[1])
+           and int(atom.args[1].arg) > 0 and int(atom.args[0].args[1].arg) > 0
+           and _nonnegative(atom.args[0].args[0], bounds)):
+        atom = alu("div", atom.args[0].args[0], const(int(atom.args[0].args[1].arg) * int(atom.args[1].arg), INDEX))
+    return atom
+
+
+def _fold_one(out: dict[KExpr | None, int], bounds: dict[str, int]) -> dict[KExpr | None, int] | None:
+    """``out`` with one pair of digits folded (the new terms where the low digit was), or None."""
+    for low, c in out.items():
+        if low is None or low.op != "rem" or not is_const(low.args[1]) or int(low.args[1].arg) <= 0:
+            continue
+        x, a = low.args[0], int(low.args[1].arg)
+        if not _nonnegative(x, bounds):
+            continue
+        quotient = alu("div", x, const(a, INDEX))
+        if out.get(quotient) == c * a:  # c*rem(x, a) + c*a*div(x, a) == c*x
+            return _splice(out, low, quotient, x, c)
+        for high, coef in out.items():
+            if (high is not None and high.op == "rem" and high.args[0] == quotient and is_const(high.args[1])
+                    and int(high.args[1].arg) > 0 and coef == c * a):
+                return _splice(out, low, high, alu("rem", x, const(a * int(high.args[1].arg), INDEX)), c)
+    return None
+
+
+def _splice(out: dict[KExpr | None, int], low: KExpr, high: KExpr, value: KExpr,
+            c: int) -> dict[KExpr | None, int]:
+    """``out`` without atoms ``low`` and ``high``, plus c * ``value``'s terms at ``low``'s place."""
+    spliced: dict[KExpr | None, int] = {}
+    for atom, coef in out.items():
+        if atom == low:
+            for inner, k in (_affine(value) or {value: 1}).items():
+                spliced[inner] = spliced.get(inner, 0) + c * k
+        elif atom != high:
+            spliced[atom] = spliced.get(atom, 0) + coef
+    return spliced
 
 
 _INDEX_ARITHMETIC = frozenset(("add", "sub", "mul", "div", "rem"))
@@ -492,6 +564,10 @@ _INDEX_ARITHMETIC = frozenset(("add", "sub", "mul", "div", "rem"))
 
 def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:
     x, n = node.args[0], int(node.args[1].arg)
+    if (node.op == "div" and x.op == "div" and is_const(x.args[1]) and int(x.args[1].arg) > 0
+            and _nonnegative(x.args[0], bounds)):  # div(div(y, a), n) == div(y, a*n) for y >= 0
+        x, n = x.args[0], int(x.args[1].arg) * n
+        node = alu("div", x, const(n, INDEX))
     terms = _affine(x)
     if terms is None:
         return node
@@ -525,6 +601,8 @@ def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:
     quotient[None] = quotient.get(None, 0) + multiple_const
     if r[1] < n:
         return _build(quotient)
+    if rest_expr.op == "div" and is_const(rest_expr.args[1]) and _nonnegative(rest_expr.args[0], bounds):
+        rest_expr, n = rest_expr.args[0], int(rest_expr.args[1].arg) * n  # div(div(y, a), n) == div(y, a*n)
     return alu("add", _build(quotient), alu("div", rest_expr, const(n, INDEX)))
 
 
