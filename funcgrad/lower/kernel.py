@@ -594,16 +594,48 @@ def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:
         # every multiple term vanishes modulo n (the reference rem has the dividend's sign: x >= 0 here)
         if not all(_nonnegative(k, bounds) for k in multiple if k is not None):
             return node
-        return rest_expr if r[1] < n else alu("rem", rest_expr, const(n, INDEX))
+        if r[1] < n:
+            return rest_expr
+        factored = _common_factor(rest, n, bounds)
+        if factored is not None:  # rem(G*y + s, n) == G*rem(y, n/G) + s
+            y, s, factor = factored
+            return alu("add", alu("mul", alu("rem", y, const(n // factor, INDEX)), const(factor, INDEX)), s)
+        return alu("rem", rest_expr, const(n, INDEX))
     if not all(_nonnegative(k, bounds) for k in multiple if k is not None):
         return node
     quotient = dict(multiple)
     quotient[None] = quotient.get(None, 0) + multiple_const
     if r[1] < n:
         return _build(quotient)
+    factored = _common_factor(rest, n, bounds)
+    if factored is not None:  # div(G*y + s, n) == div(y, n/G): a row of 20 read as half of a 40 (pooling)
+        rest_expr, n = factored[0], n // factored[2]
     if rest_expr.op == "div" and is_const(rest_expr.args[1]) and _nonnegative(rest_expr.args[0], bounds):
         rest_expr, n = rest_expr.args[0], int(rest_expr.args[1].arg) * n  # div(div(y, a), n) == div(y, a*n)
     return alu("add", _build(quotient), alu("div", rest_expr, const(n, INDEX)))
+
+
+def _common_factor(terms: dict[KExpr | None, int], n: int,
+                   bounds: dict[str, int]) -> tuple[KExpr, KExpr, int] | None:
+    """``terms`` (non-negative atoms, constant in [0, n)) as ``G*y + s`` with G > 1 dividing n and
+    0 <= s < G: (y, s, G), the atoms with the largest coefficients in y; or None."""
+    atoms = sorted(((coef, atom) for atom, coef in terms.items() if atom is not None), key=lambda item: -item[0])
+    if any(coef <= 0 or not _nonnegative(atom, bounds) for coef, atom in atoms):
+        return None
+    for count in range(1, len(atoms) + 1):
+        factor = math.gcd(*(coef for coef, _ in atoms[:count]))
+        if factor <= 1 or n % factor or factor >= n:
+            continue
+        whole, part = divmod(terms.get(None, 0), factor)
+        small: dict[KExpr | None, int] = {atom: coef for coef, atom in atoms[count:]}
+        small[None] = part
+        s = _build(small)
+        r = _range(s, bounds)
+        if r is not None and r[0] >= 0 and r[1] < factor:
+            y: dict[KExpr | None, int] = {atom: coef // factor for coef, atom in atoms[:count]}
+            y[None] = whole
+            return _build(y), s, factor
+    return None
 
 
 def _nonnegative(e: KExpr, bounds: dict[str, int]) -> bool:

@@ -537,7 +537,8 @@ def _collect(e: K.KExpr, ops: str | tuple[str, ...], found: dict[K.KExpr, None],
 
 _INDEX_OPS: dict[str, Callable[[int, int], int]] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a // b, "rem": lambda a, b: a % b, "max": max, "min": min,
+    "div": lambda a, b: int(a / b) if b else 0, "rem": lambda a, b: a - int(a / b) * b if b else 0,  # as kernels do
+    "max": max, "min": min,
     "lt": lambda a, b: int(a < b), "le": lambda a, b: int(a <= b), "gt": lambda a, b: int(a > b),
     "ge": lambda a, b: int(a >= b), "eq": lambda a, b: int(a == b), "ne": lambda a, b: int(a != b),
     "and": lambda a, b: a & b, "or": lambda a, b: a | b}
