@@ -102,25 +102,27 @@ def test_softmax_layernorm_mlp_gather_nothing(name: str, fn: Any, shapes: list[t
 
 
 def test_upsampled_value_read_by_two_sums_is_stored_in_its_source_layout() -> None:
-    """A nearest-neighbour upsampling of a transposed array times x, read by two column sums and an
-    elementwise output: stored once (the transpose's order), and the result equals float64 NumPy."""
+    """A nearest-neighbour upsampling times exp(x), with x read transposed, feeding two sums over the
+    leading axes and an elementwise output: stored once, in x's memory order (x is the largest buffer it
+    reads), and the results equal float64 NumPy's."""
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((64, 40, 24)).astype(np.float32)
-    small = rng.standard_normal((24, 32, 20)).astype(np.float32)  # (c, h/2, w/2) of a (h, w, c) image
+    x = rng.standard_normal((24, 64, 40)).astype(np.float32)      # (c, h, w) memory, read as (h, w, c)
+    small = rng.standard_normal((32, 20, 24)).astype(np.float32)  # (h/2, w/2, c)
 
     def f(x: Any, small: Any) -> Any:
-        up = fg.numpy.repeat(fg.numpy.repeat(small.transpose(1, 2, 0), 2, axis=0), 2, axis=1)  # (64, 40, 24)
-        g = fg.numpy.exp(x) * up
-        return g.sum(axis=(0, 1)), (g * x).sum(axis=(0, 1)), g + 1.0
+        up = fg.numpy.repeat(fg.numpy.repeat(small, 2, axis=0), 2, axis=1)  # (64, 40, 24)
+        xt = x.transpose(1, 2, 0)
+        g = fg.numpy.exp(xt) * up
+        return g.sum(axis=(0, 1)), (g * xt).sum(axis=(0, 1)), g + 1.0
 
     ir = fg.make_ir(f)(fg.Tensor(x), fg.Tensor(small))
     lowered, keep = lower_convolutions(S.inline_calls(_opened(ir)))
     chosen = S._shared_gathers(lowered, S._materialized(lowered, keep, True))
-    assert list(chosen.values()) == [(0, 1, 2)]  # x's layout, the largest buffer read: C order
-    up = np.repeat(np.repeat(small.astype(np.float64).transpose(1, 2, 0), 2, axis=0), 2, axis=1)
-    g = np.exp(x.astype(np.float64)) * up
+    assert list(chosen.values()) == [(2, 0, 1)]  # stored as (c, h, w): x's order
+    xt = x.astype(np.float64).transpose(1, 2, 0)
+    g = np.exp(xt) * np.repeat(np.repeat(small.astype(np.float64), 2, axis=0), 2, axis=1)
     got = fg.jit(f)(fg.Tensor(x), fg.Tensor(small))
-    for value, expected in zip(got, (g.sum(axis=(0, 1)), (g * x).sum(axis=(0, 1)), g + 1.0)):
+    for value, expected in zip(got, (g.sum(axis=(0, 1)), (g * xt).sum(axis=(0, 1)), g + 1.0)):
         np.testing.assert_allclose(value.numpy(), expected, rtol=2e-5, atol=2e-5 * np.abs(expected).max())
 
 
