@@ -2,7 +2,10 @@
 
 The rules (see docs/architecture.md):
 
-* elementwise equations are inlined into every consumer (recomputed, never stored);
+* elementwise equations are inlined into every consumer (recomputed, never stored), except a large
+  value that several kernels would compute through a gather (div/rem loads: a max-pool's backward
+  feeding BatchNorm's backward sums), stored once in the axis order of the largest buffer it reads
+  (``_shared_gathers``);
 * movement equations (reshape, broadcast_in_dim, transpose, slice, pad, flip, concatenate) become
   index arithmetic on the loads of their operand, not copies;
 * a reduction (reduce_* or dot_general) takes its elementwise prologue (everything inlined into
@@ -499,8 +502,9 @@ def _kernel_roots(ir: IR, stored: set[int]) -> dict[int, frozenset[int]]:
 def _gather_layout(producer: dict[int, Eqn], stored: set[int], var: Var) -> tuple[int, ...] | None:
     """If ``var``'s expression, computed at its own elements, loads a large buffer through div/rem index
     arithmetic (a gather: a pooling window's backward, an upsampling), the axis order to store it in: that
-    of the largest buffer it loads (the order its readers will likely read beside it), as strides at
-    the origin tell; None if it gathers nothing (or carries a reduction)."""
+    of the largest buffer it loads (the order its readers will likely read beside it), as the address's
+    steps from the origin tell; C order if that buffer does not move with every axis. None if it gathers
+    nothing (or carries a reduction)."""
     builder = _KernelBuilder(producer, lambda v: v.id in stored)
     shape = var.aval.shape
     expr = builder.value(var, [K.var(f"g{i}") for i in range(len(shape))], root=True)
@@ -516,10 +520,11 @@ def _gather_layout(producer: dict[int, Eqn], stored: set[int], var: Var) -> tupl
     widest = max(large, key=lambda load: builder.loads[load.arg].aval.size)
     origin = {f"g{i}": 0 for i in range(len(shape))}
     base = _index_at(widest.args[0], origin)
-    strides = []
-    for axis, size in enumerate(shape):
-        step = _index_at(widest.args[0], {**origin, f"g{axis}": 1}) if size > 1 else None
-        strides.append(0 if step is None or base is None else abs(step - base))
+    strides = [abs(step - base) if size > 1 and step is not None and base is not None else 0
+               for size, step in ((size, _index_at(widest.args[0], {**origin, f"g{axis}": 1}))
+                                  for axis, size in enumerate(shape))]
+    if any(stride == 0 and size > 1 for stride, size in zip(strides, shape)):
+        return tuple(range(len(shape)))
     return tuple(sorted(range(len(shape)), key=lambda axis: -strides[axis]))
 
 
