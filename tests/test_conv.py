@@ -229,8 +229,10 @@ def test_vmap_matches_a_python_loop(case, in_axes):
 
 
 def _product_kernels(kernels: list[Any]) -> list[Any]:
-    """The rank >= 4 reductions the renderer runs in its i-k-j order (the convolutions here)."""
-    return [k for k in kernels if len(k.kernel.shape) >= 4 and reduce_outer(k.kernel)]
+    """The rank >= 4 sums of products the renderer runs in its i-k-j order (the convolutions here; not a
+    pooling window's count of maxima over channels-last data)."""
+    return [k for k in kernels if len(k.kernel.shape) >= 4 and k.kernel.reduce_expr is not None
+            and k.kernel.reduce_expr.op == "mul" and reduce_outer(k.kernel)]
 
 
 def test_each_convolution_of_a_training_step_is_one_product_kernel_with_a_long_last_axis():

@@ -23,7 +23,7 @@ def _opened(ir: IR) -> IR:
     return IR(tuple(ir.const_vars) + tuple(ir.in_vars), ir.eqns, ir.outputs)
 
 
-C_IN, C, HW = 3, 20, 12  # conv output (8, 20, 12, 12): 92 KB of float32, above SHARED_MIN_BYTES
+C_IN, C, HW = 3, 32, 16  # conv output (8, 32, 16, 16): 256 KB of float32; pooled: 64 KB (SHARED_MIN_BYTES)
 
 
 def _net(x: Any, w: Any, b: Any, gamma: Any, beta: Any, ct: Any) -> Any:
@@ -73,6 +73,17 @@ def test_pool_backward_under_batchnorm_is_stored_once_channels_last() -> None:
     sums = [k for k in kernels if k.reduce_op == "sum" and k.shape == (C,)]
     assert len(sums) >= 3
     assert not any(_gathers(k.reduce_expr) for k in sums), [str(k) for k in sums if _gathers(k.reduce_expr)]
+    # the pool (max) and its backward's count of maxima are stored channels-last too (_window_layouts), so
+    # the stored gather reads them contiguously along the channels
+    pooled = (8, HW // 2, HW // 2, C)
+    assert sorted(k.reduce_op for k in kernels if k.shape == pooled and k.reduce_shape == (2, 2)) == ["max", "sum"]
+    assert not any(k.shape == (8, C, HW // 2, HW // 2) and k.reduce_shape == (2, 2) for k in kernels)
+    # ... and loop over their windows innermost (render_llvm.reduce_outer: no i-k-j order for a 2x2 window
+    # whose loads all run along the channels; it read the pool 4 times per output there and ran 2x slower)
+    from funcgrad.lower.optimize import heuristic_opts
+    for k in kernels:
+        if k.shape == pooled and k.reduce_shape == (2, 2):
+            assert not any(opt.action == "reorder" for opt in heuristic_opts(k)), (k.name, heuristic_opts(k))
 
 
 def test_the_rule_is_off_without_the_gather_and_for_small_values() -> None:
@@ -126,22 +137,19 @@ def test_upsampled_value_read_by_two_sums_is_stored_in_its_source_layout() -> No
         np.testing.assert_allclose(value.numpy(), expected, rtol=2e-5, atol=2e-5 * np.abs(expected).max())
 
 
-def test_gradients_match_float64_and_torch() -> None:
-    """The net's gradients in float32 (pool backward stored channels-last) against funcgrad float64 and
-    PyTorch float64."""
+def test_gradients_match_torch_float64() -> None:
+    """The net's float32 gradients (pool, count and pool backward stored channels-last) against PyTorch's
+    in float64."""
     torch = pytest.importorskip("torch")
-    single = [g.numpy().astype(np.float64) for g in fg.jit(GRAD)(*(fg.Tensor(a) for a in _args()))]
-    double = [g.numpy() for g in fg.jit(GRAD)(*(fg.Tensor(a, dtype=np.float64) for a in _args(np.float64)))]
+    ours = [g.numpy().astype(np.float64) for g in fg.jit(GRAD)(*(fg.Tensor(a) for a in _args()))]
     leaves = [torch.tensor(a, requires_grad=i < 5) for i, a in enumerate(_args(np.float64))]
     x, w, b, gamma, beta, ct = leaves
     y = torch.nn.functional.relu(torch.nn.functional.conv2d(x, w, b, padding=1))
     y = torch.nn.functional.batch_norm(y, None, None, gamma, beta, training=True)
     (torch.nn.functional.max_pool2d(y, 2) * ct).sum().backward()
-    for ours32, ours64, leaf in zip(single, double, leaves):
+    for mine, leaf in zip(ours, leaves):
         reference = leaf.grad.numpy()
-        scale = np.abs(reference).max()
-        assert np.abs(ours64 - reference).max() <= 1e-9 * scale
-        assert np.abs(ours32 - reference).max() <= 2e-5 * scale
+        assert np.abs(mine - reference).max() <= 2e-5 * np.abs(reference).max()
 
 
 # --- the index simplifier's common factor -------------------------------------------------------

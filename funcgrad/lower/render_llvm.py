@@ -902,7 +902,13 @@ def reduce_outer(kernel: Kernel) -> bool:
     strides = [(_affine(load.args[0]) or {}) for load in _loads(kernel.reduce_expr, [], set())]
     along_output = any(terms.get(last_global) == 1 for terms in strides)
     conflicting = any(terms.get(last_reduce) == 1 and terms.get(last_global) for terms in strides)
+    if len(kernel.shape) >= 3 and int(np.prod(kernel.reduce_shape)) <= WINDOW_TERMS \
+            and all(terms.get(last_global) == 1 for terms in strides):
+        return False  # a pooling window over channels-last images: unrolled, its output loop vectorises as it is
     return along_output and not conflicting
+
+
+WINDOW_TERMS = 16  # see reduce_outer: a reduction this short whose loads all run along the last output axis
 
 
 SHORT_ROW = 64  # rows shorter than this get loop hints in the i-k-j order (see _row_block)

@@ -604,6 +604,63 @@ def _shared_gathers(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
     return chosen
 
 
+_LAYOUT_FREE_READERS = ELEMENTWISE | {"broadcast_in_dim", "transpose"}  # they read any layout as cheaply
+
+
+def _window_layouts(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
+    """Stored window reductions to store in another axis order: var id -> the order of the largest buffer
+    they read, when that buffer moves with every output axis in another order than C's.
+
+    A max-pool (or its backward's count of maxima) over a channels-last convolution output otherwise
+    writes its result with a stride of H*W, and the readers that pair it with channels-last arrays (the
+    pool's backward: ``_shared_gathers``) gather it. Products are not window reductions (their layouts are
+    ``conv.py``'s), and a value that a reshape reads keeps C order (the reshape's flat index would
+    become a gather)."""
+    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    fixed = {a.id for a in ir.outputs if isinstance(a, Var)}
+    readers: dict[int, list[Eqn]] = {}
+    for eqn in ir.eqns:
+        for atom in eqn.inputs:
+            if isinstance(atom, Var):
+                readers.setdefault(atom.id, []).append(eqn)
+                if kind_of(eqn) == "host":
+                    fixed.add(atom.id)
+    carries: set[int] = set()  # vars whose kernel would hold a window reduction
+    chosen: dict[int, tuple[int, ...]] = {}
+    for eqn in ir.eqns:
+        var = eqn.outputs[0]
+        window = kind_of(eqn) == "reduce" and eqn.primitive is not P.dot_general_p
+        epilogue = kind_of(eqn) == "elementwise" and any(isinstance(a, Var) and a.id in carries
+                                                         and a.id not in stored for a in eqn.inputs)
+        if window or epilogue:
+            carries.add(var.id)
+        if var.id not in carries or var.id not in stored or var.id in fixed or var.aval.ndim < 2 \
+                or var.aval.size * var.aval.dtype.itemsize < SHARED_MIN_BYTES \
+                or any(r.primitive.name not in _LAYOUT_FREE_READERS for r in readers.get(var.id, [])):
+            continue
+        builder = _KernelBuilder(producer, lambda v: v.id in stored)
+        shape = var.aval.shape
+        builder.value(var, [K.var(f"g{i}") for i in range(len(shape))], root=True)
+        if builder.reduce is None:
+            continue
+        loads = list(_collect(builder.reduce[2], "load", {}, set()))
+        if not loads:
+            continue
+        widest = max(loads, key=lambda load: builder.loads[load.arg].aval.size)
+        origin = {f"g{i}": 0 for i in range(len(shape))} | {f"r{i}": 0 for i in range(len(builder.reduce[1]))}
+        base = _index_at(widest.args[0], origin)
+        steps = [_index_at(widest.args[0], {**origin, f"g{a}": 1}) for a in range(len(shape))]
+        if base is None or any(step is None for step in steps):
+            continue
+        strides = [abs(step - base) for step in steps if step is not None]
+        if any(stride == 0 and size > 1 for stride, size in zip(strides, shape)):
+            continue
+        order = tuple(sorted(range(len(shape)), key=lambda axis: -strides[axis]))
+        if order != tuple(range(len(shape))):
+            chosen[var.id] = order
+    return chosen
+
+
 def _regroups(source: Sequence[int], shape: Sequence[int]) -> bool:
     """Does a reshape from ``source`` to ``shape`` split or merge axes (not only add or drop size-1 ones)?"""
     return [d for d in source if d != 1] != [d for d in shape if d != 1]
@@ -648,11 +705,11 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
     ir, keep = lower_convolutions(inline_calls(ir))
     producer = {v.id: e for e in ir.eqns for v in e.outputs}
     stored = _materialized(ir, keep, row_reductions)
-    shared = _shared_gathers(ir, stored)
-    if shared:  # store them (in their layout), then decide again what the rest inline
+    shared = _shared_gathers(ir, stored) | _window_layouts(ir, stored)
+    if shared:  # store them (in their layouts), then decide again what the rest inline
         ir, extra = _store_in_order(ir, shared)
         producer = {v.id: e for e in ir.eqns for v in e.outputs}
-        stored = _materialized(ir, keep | extra, row_reductions)
+        stored = _materialized(ir, (keep - set(shared)) | extra, row_reductions)
     steps: list[Step] = []
     for eqn in ir.eqns:
         if kind_of(eqn) == "host":
