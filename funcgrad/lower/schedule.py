@@ -5,7 +5,8 @@ The rules (see docs/architecture.md):
 * elementwise equations are inlined into every consumer (recomputed, never stored), except a large
   value that several kernels would compute through a gather (div/rem loads: a max-pool's backward
   feeding BatchNorm's backward sums), stored once in the axis order of the largest buffer it reads
-  (``_shared_gathers``);
+  (``_shared_gathers``); a pooling window's reduction over a channels-last image is stored in the
+  image's order (``_window_layouts``);
 * movement equations (reshape, broadcast_in_dim, transpose, slice, pad, flip, concatenate) become
   index arithmetic on the loads of their operand, not copies;
 * a reduction (reduce_* or dot_general) takes its elementwise prologue (everything inlined into
@@ -520,9 +521,8 @@ def _gather_layout(producer: dict[int, Eqn], stored: set[int], var: Var) -> tupl
     widest = max(large, key=lambda load: builder.loads[load.arg].aval.size)
     origin = {f"g{i}": 0 for i in range(len(shape))}
     base = _index_at(widest.args[0], origin)
-    strides = [abs(step - base) if size > 1 and step is not None and base is not None else 0
-               for size, step in ((size, _index_at(widest.args[0], {**origin, f"g{axis}": 1}))
-                                  for axis, size in enumerate(shape))]
+    steps = [_index_at(widest.args[0], {**origin, f"g{axis}": 1}) for axis in range(len(shape))]
+    strides = [abs(step - base) if step is not None and base is not None else 0 for step in steps]
     if any(stride == 0 and size > 1 for stride, size in zip(strides, shape)):
         return tuple(range(len(shape)))
     return tuple(sorted(range(len(shape)), key=lambda axis: -strides[axis]))
