@@ -272,17 +272,23 @@ def test_explicitly_vectorised_tiles_compute_the_bits_of_llvms_vectoriser(
     bits that pipeline 4's loop vectoriser gives on the scalar loops, and float64's values: masked
     last columns and terms, a chunk's rows not a multiple of 16, short reduction blocks."""
     monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
-    for kernel in mlp_like_kernels(m, k, n):
+    monkeypatch.setattr(render_tile, "LARGE_ROWS", 16)  # a large product packs its contiguous operand
+    monkeypatch.setattr(render_tile, "LARGE_BYTES", 1 << 12)
+    large = product_kernel(m, k, n, epilogue=True)
+    assert render_tile._packable(large)
+    for kernel in [*mlp_like_kernels(m, k, n), large]:
         inputs = random_inputs(kernel, seed=21)
         for width, height, block in ((64, 6, 0), (32, 14, 5)):
             variant = tiled(kernel, width, height, block)
             assert render_tile.explicitly_vectorised(variant) and cpu.optimization_level(variant) == 5
-            vectors = run_object(variant, llvm.compile(render_llvm(variant), 5), inputs)
-            monkeypatch.setattr(render_tile._Tile, "explicit_vectors", False)
-            scalar_source = render_llvm(variant)
-            monkeypatch.undo()
-            monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
-            assert "masked.store" not in scalar_source
+            source = render_llvm(variant)
+            vectors = run_object(variant, llvm.compile(source, 5), inputs)
+            try:
+                render_tile._Tile.explicit_vectors = False
+                scalar_source = render_llvm(variant)
+            finally:
+                render_tile._Tile.explicit_vectors = True
+            assert scalar_source != source and "masked.store" not in scalar_source
             scalar = run_object(variant, llvm.compile(scalar_source, 4), inputs)
             for got, want in zip(vectors, scalar):
                 np.testing.assert_array_equal(got, want)

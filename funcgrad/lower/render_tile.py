@@ -412,6 +412,10 @@ class _Tile:
         self.vector_rows = self.explicit_vectors and self.row_pack is not None and \
             _vectorisable(self.row_pack_vectors()[0], COLUMN, {})
         self.acc_vector: str | None = None
+        # a packed column factor is written on vectors when it runs along the columns (pack_columns) or
+        # along the terms (16 x 16 transposes; blocks under 16 terms pack a few values one at a time)
+        self.vector_pack = self.packed is None or self.explicit_vectors and (
+            _vectorisable(self.packed[1], COLUMN, {}) or self.terms_contiguous(self.packed[1]))
         self.allocas: list[str] = []
         self.count = 0
         identity = render_const(-0.0, FLOAT32)  # a non-empty sum starts at -0.0, as render_llvm's
@@ -441,6 +445,13 @@ class _Tile:
         loads = [e for e in _nodes(split[0]) if e.op == "load"]
         terms = _affine(loads[0].args[0]) if loads else None
         return split[0], split[1], terms is not None and terms.get(var("r0")) == 1
+
+    @staticmethod
+    def terms_contiguous(factor: KExpr) -> bool:
+        """Whether ``factor`` is computed from one load contiguous along the terms (pack_block's case)."""
+        load = _one_load(factor, COLUMN)
+        terms = _affine(load.args[0]) if load is not None else None
+        return terms is not None and terms.get(var("r0")) == 1
 
     def row_pack_vectors(self) -> tuple[KExpr, str]:
         """The row factor with the loop variable its packed layout runs along (the terms for
@@ -741,6 +752,9 @@ class _Tile:
         column_factor = self.packed[1]
         saved = dict(b.cache)
         along = _vectorisable(column_factor, COLUMN, {})
+        if along and self.explicit_vectors and low.isdigit() and high.isdigit():
+            self.pack_columns(name, column, block, int(low), int(high), first, last, stride)
+            return
         across, down = self.loop_name("pc"), self.loop_name("pk")
         loops = [(across, low, high), (down, first, last)]
         for loop, start, end in loops[::-1] if along else loops:
@@ -755,6 +769,31 @@ class _Tile:
         b.emit(f"store float {value}, ptr {slot}")
         for loop, _, _ in loops if along else loops[::-1]:
             b.close_loop(loop)
+        del b.var_names[COLUMN], b.var_names["r0"]
+        b.cache = saved
+
+    def pack_columns(self, name: str, column: str, block: str, low: int, high: int, first: str, last: str,
+                     stride: int) -> None:
+        """``pack_scalar`` for a factor contiguous along the columns (a large product's packed
+        operand): per term, the panel columns [low, high) as vectors, the last one masked."""
+        assert self.packed is not None
+        b = self.b
+        saved = dict(b.cache)
+        down = self.loop_name("pk")
+        b.open_loop(down, first, last)
+        b.var_names["r0"] = down
+        term = b.instantiate("{out} = sub i64 %" + down + ", " + block)
+        base = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=term)
+        row_cache = dict(b.cache)
+        for start in range(low, high, LANES):
+            mask = self.lane_mask(str(high - start)) if high - start < LANES else None
+            b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", " + str(start))[1:]
+            value = self.operand(self.packed[1], mask, {}, {})
+            offset = b.instantiate("{out} = add i64 {x}, " + str(start), x=base)
+            slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + ", i64 {i}", i=offset)
+            self.store_vector(value, slot, mask)
+            b.cache = dict(row_cache)
+        b.close_loop(down)
         del b.var_names[COLUMN], b.var_names["r0"]
         b.cache = saved
 
@@ -963,7 +1002,8 @@ def explicitly_vectorised(kernel: Kernel) -> bool:
     if len(kernel.shape) > 2 or kernel.reduce_expr is None:  # nested rows: their long index sums want LICM
         return False
     tile = _Tile(_FunctionBuilder(), kernel)
-    if not ((tile.row_pack is None or tile.vector_rows) and (tile.vector_epilogue or tile.swapped)):
+    vectors = (tile.row_pack is None or tile.vector_rows) and (tile.vector_epilogue or tile.swapped)
+    if not (vectors and tile.vector_pack):
         return False
     reduction = {f"r{depth}" for depth in range(len(kernel.reduce_shape))}
     for node in _nodes(tile.reduce_expr):
