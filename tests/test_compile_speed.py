@@ -314,3 +314,24 @@ def test_tiles_that_need_llvms_loop_passes_keep_pipeline_4(monkeypatch: pytest.M
     assert not render_tile.explicitly_vectorised(one_row)
     plain = attrs.evolve(centred, reduce_expr=kernels_of(lambda x: fnp.sum(x, axis=0), x)[0].reduce_expr)
     assert render_tile.explicitly_vectorised(attrs.evolve(plain, opts=one_row.opts)), "the same sum without it"
+
+
+def test_column_sums_tile_as_one_row_with_the_bits_of_the_plain_loops(
+        llvm: compiler.LLVMCompiler, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bias gradient (a 256 x 512 sum over the batch) is a one-row tile from ONE_ROW_MIN_WORK terms
+    on, compiled with SROA only; it sums each column in the order the i-k-j loops did."""
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    x = np.ones((256, 520), np.float32)
+    kernel = kernels_of(lambda x: fnp.sum(x, axis=0), x)[0]
+    tiled_sum = optimize(kernel)
+    assert tiled_sum.opts == (Opt("tile", 0, 64), Opt("thread", 0, 1)) and cpu.optimization_level(tiled_sum) == 5
+    small = kernels_of(lambda x: fnp.sum(x, axis=0), np.ones((64, 512), np.float32))[0]
+    assert not any(opt.action == "tile" for opt in optimize(small).opts or ()), "under ONE_ROW_MIN_WORK"
+    monkeypatch.setattr(render_tile, "ONE_ROW_MIN_WORK", 1 << 30)
+    plain = optimize(kernel)
+    assert not any(opt.action == "tile" for opt in plain.opts or ())
+    inputs = random_inputs(kernel, seed=4)
+    got = run_object(tiled_sum, llvm.compile(render_llvm(tiled_sum), 5), inputs)
+    want = run_object(plain, llvm.compile(render_llvm(plain), cpu.optimization_level(plain)), inputs)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[0], inputs[0].astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
