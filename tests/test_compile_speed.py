@@ -335,3 +335,43 @@ def test_column_sums_tile_as_one_row_with_the_bits_of_the_plain_loops(
     want = run_object(plain, llvm.compile(render_llvm(plain), cpu.optimization_level(plain)), inputs)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[0], inputs[0].astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+def test_waiting_kernels_compile_heaviest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When more kernels wait than threads compile, the one with the largest estimated LLVM time goes
+    next (so the last compile is a short one and no thread idles while another finishes a long one)."""
+    from concurrent.futures import ThreadPoolExecutor
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    monkeypatch.setattr(cpu, "thread_count", lambda: 2)
+    kernels = [product_kernel(4, 16, 16), tiled(product_kernel(64, 256, 128, epilogue=True), 64, 6),
+               adam_like_kernel(5000), erf_kernel("erf_to_order")]
+
+    class GatedPool:
+        """One thread that starts only once every compile is waiting."""
+
+        def __init__(self, expected: int) -> None:
+            self.real, self.count, self.expected, self.gate = ThreadPoolExecutor(1), 0, expected, threading.Event()
+
+        def submit(self, task):  # noqa: ANN001, ANN202
+            self.count += 1
+            if self.count == 1:
+                self.real.submit(self.gate.wait)
+            if self.count == self.expected:
+                self.gate.set()
+            return self.real.submit(task)
+
+    pool = GatedPool(len(kernels))
+    monkeypatch.setattr(cpu, "compile_pool", lambda: pool)
+    order: list[tuple[str, int]] = []
+    real_compile = cpu.host_target().compile_alone
+
+    def compile_alone(source: str, level: int = 3) -> bytes:
+        order.append((source, level))
+        return real_compile(source, level)
+
+    monkeypatch.setattr(cpu.host_target(), "compile_alone", compile_alone)
+    compiled = cpu.CPUDevice(cache_dir=tmp_path).compile_many(kernels)
+    assert len(order) == len(kernels) and len(compiled) == len(kernels)
+    costs = [cpu.compile_cost(source, level) for source, level in order]
+    assert costs == sorted(costs, reverse=True) and len(set(costs)) == len(costs)
+    pool.real.shutdown()
