@@ -1009,11 +1009,17 @@ def explicitly_vectorised(kernel: Kernel) -> bool:
     if not (vectors and tile.vector_pack):
         return False
     reduction = {f"r{depth}" for depth in range(len(kernel.reduce_shape))}
+    names: dict[KExpr, frozenset[str]] = {}  # the loop variables below each node
+
+    def below(e: KExpr) -> frozenset[str]:
+        if e not in names:
+            names[e] = frozenset([e.arg]) if e.op == "var" else frozenset().union(*(below(a) for a in e.args))
+        return names[e]
+
     for node in _nodes(tile.reduce_expr):
-        names = {e.arg for e in _nodes(node) if e.op == "var"}
-        if node.op == "load" and any(e.op in ("div", "rem") for e in _nodes(node.args[0])):
+        if node.op in ("div", "rem") and node.dtype == INDEX:
             return False  # an index LLVM's instcombine would simplify (a flatten's div and rem)
-        if node.dtype == FLOAT32 and COLUMN in names and not names & reduction:
+        if node.dtype == FLOAT32 and COLUMN in below(node) and not below(node) & reduction:
             return False  # vector work the reduction loop would redo each step: LICM's job
     return True
 
