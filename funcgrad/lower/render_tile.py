@@ -28,6 +28,13 @@ transposed: vectors along axis 0, one register row per output column.
 
 A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
+
+The loops around the register tile are written on vectors too where their expressions allow it: the
+epilogue (``acc`` plus float32 loads along the columns, arithmetic, comparisons, selects), a computed
+row factor's packing and a packed operand contiguous along the columns, each with a masked last
+vector. A tile with nothing left for LLVM's loop vectoriser or LICM (``explicitly_vectorised``)
+compiles with SROA alone (``cpu_compiler.PIPELINES[5]``), to the same bits as the scalar loops under
+pipeline 4's vectoriser.
 """
 
 from __future__ import annotations
