@@ -742,8 +742,9 @@ class _Tile:
             self.pack_block(name, column_factor, load, first, f"%{group}", terms_loop, f"%{block}", stride)
             b.close_loop(terms_loop, LANES)
             b.cache = dict(saved)
-            after = b.instantiate("{out} = add i64 %" + group + ", " + str(LANES))
-            self.pack_scalar(name, column, f"%{block}", f"%{group}", after, whole_end, block_end, stride)
+            if self.block % LANES or self.kernel.reduce_shape[0] % LANES:  # (else every block is whole vectors)
+                after = b.instantiate("{out} = add i64 %" + group + ", " + str(LANES))
+                self.pack_scalar(name, column, f"%{block}", f"%{group}", after, whole_end, block_end, stride)
             b.cache = saved
             b.close_loop(group, LANES)
             if groups * LANES < columns:
