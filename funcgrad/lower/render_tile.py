@@ -374,8 +374,8 @@ def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
 class _Tile:
     """Renders one kernel's tiled loops into a function builder."""
 
-    # write the epilogue and a computed row factor's packing on vectors where they allow it (False:
-    # scalar loops, for LLVM's loop vectoriser; the tests compare the two bit for bit)
+    # write a lean tile's epilogue and packing on vectors (``lean``; False: scalar loops for LLVM's loop
+    # vectoriser, as every other tile has them; the tests compare the two bit for bit)
     explicit_vectors = True
 
     def __init__(self, builder: _FunctionBuilder, kernel: Kernel) -> None:
@@ -413,19 +413,23 @@ class _Tile:
         self.row_pack = self.row_packing()
         self.one_block = self.block >= kernel.reduce_shape[0]  # the whole first reduction loop in one block
         self.outputs = tuple(_replace(e, table, memo) for e in kernel.outputs)
-        # the epilogue runs on vectors when every output is a float32 computed from vectorisable
-        # values (a bias, an activation's mask): no loop vectoriser needed (see explicitly_vectorised)
+        # the epilogue can run on vectors when every output is a float32 computed from vectorisable
+        # values (a bias, an activation's mask); a computed row factor's packing when it runs along its
+        # layout; a packed column factor when it runs along the columns (pack_columns) or along the
+        # terms (16 x 16 transposes; blocks under 16 terms pack a few values one at a time)
         varies: dict[KExpr, bool] = {}
-        self.vector_epilogue = self.explicit_vectors and not self.swapped and all(
+        self.vector_epilogue = not self.swapped and all(
             aval.dtype == FLOAT32 and _vector_expression(e, COLUMN, varies)
             for e, aval in zip(self.outputs, kernel.out_avals))
-        self.vector_rows = self.explicit_vectors and self.row_pack is not None and \
-            _vectorisable(self.row_pack_vectors()[0], COLUMN, {})
+        self.vector_rows = self.row_pack is not None and _vectorisable(self.row_pack_vectors()[0], COLUMN, {})
+        vector_pack = self.packed is None or _vectorisable(self.packed[1], COLUMN, {}) or \
+            self.terms_contiguous(self.packed[1])
+        # ... and they do when that leaves nothing for LLVM's loop passes (pipeline 5); other tiles keep
+        # the scalar loops pipeline 3 or 4 vectorises
+        self.lean = self.explicit_vectors and self.leaves_nothing_to_llvm(vector_pack)
+        self.vector_epilogue = self.vector_epilogue and self.lean
+        self.vector_rows = self.vector_rows and self.lean
         self.acc_vector: str | None = None
-        # a packed column factor is written on vectors when it runs along the columns (pack_columns) or
-        # along the terms (16 x 16 transposes; blocks under 16 terms pack a few values one at a time)
-        self.vector_pack = self.packed is None or self.explicit_vectors and (
-            _vectorisable(self.packed[1], COLUMN, {}) or self.terms_contiguous(self.packed[1]))
         self.allocas: list[str] = []
         self.count = 0
         identity = render_const(-0.0, FLOAT32)  # a non-empty sum starts at -0.0, as render_llvm's
@@ -455,6 +459,29 @@ class _Tile:
         loads = [e for e in _nodes(split[0]) if e.op == "load"]
         terms = _affine(loads[0].args[0]) if loads else None
         return split[0], split[1], terms is not None and terms.get(var("r0")) == 1
+
+    def leaves_nothing_to_llvm(self, vector_pack: bool) -> bool:
+        """Whether, with its epilogue and packing on vectors, the tile leaves nothing that LLVM's loop
+        vectoriser or LICM would improve (``explicitly_vectorised``)."""
+        kernel = self.kernel
+        if self.nested:  # nested rows: their long index sums want LICM
+            return False
+        if not ((self.row_pack is None or self.vector_rows) and (self.vector_epilogue or self.swapped) and vector_pack):
+            return False
+        reduction = {f"r{depth}" for depth in range(len(kernel.reduce_shape))}
+        names: dict[KExpr, frozenset[str]] = {}  # the loop variables below each node
+
+        def below(e: KExpr) -> frozenset[str]:
+            if e not in names:
+                names[e] = frozenset([e.arg]) if e.op == "var" else frozenset().union(*(below(a) for a in e.args))
+            return names[e]
+
+        for node in _nodes(self.reduce_expr):
+            if node.op in ("div", "rem") and node.dtype == INDEX:
+                return False  # an index LLVM's instcombine would simplify (a flatten's div and rem)
+            if node.dtype == FLOAT32 and COLUMN in below(node) and not below(node) & reduction:
+                return False  # vector work the reduction loop would redo each step: LICM's job
+        return True
 
     @staticmethod
     def terms_contiguous(factor: KExpr) -> bool:
@@ -763,7 +790,7 @@ class _Tile:
         column_factor = self.packed[1]
         saved = dict(b.cache)
         along = _vectorisable(column_factor, COLUMN, {})
-        if along and self.explicit_vectors and low.isdigit() and high.isdigit():
+        if along and self.lean and low.isdigit() and high.isdigit():
             self.pack_columns(name, column, block, int(low), int(high), first, last, stride)
             return
         across, down = self.loop_name("pc"), self.loop_name("pk")
@@ -952,11 +979,8 @@ class _Tile:
         b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", 0")[1:]
         local_row = b.instantiate("{out} = sub i64 %" + out_row + ", " + self.chunk_start)
         base = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=local_row)
-        if self.nested:
-            shape: tuple[int, ...] = (self.row_count // self.row_extent, self.row_extent, self.columns)
-            position = flat_index([var(OUTER), var(ROW), var(COLUMN)], shape)
-        else:
-            position = flat_index([var(ROW), var(COLUMN)], (self.row_count, self.columns))
+        assert not self.nested and not self.swapped  # (a lean tile: rows and columns of a 2-D kernel)
+        position = flat_index([var(ROW), var(COLUMN)], (self.row_count, self.columns))
         broadcasts: dict[str, str] = {}
         for v in range(vectors):
             masked = mask if v == vectors - 1 else None
@@ -1010,26 +1034,7 @@ def explicitly_vectorised(kernel: Kernel) -> bool:
     """Whether every loop of the kernel's tile that would gain from LLVM's loop vectoriser is written
     on vectors already (the register tile, a computed row factor's packing, the epilogue), so a lean
     pass list compiles it as fast as a full pipeline (``cpu.optimization_level``)."""
-    if len(kernel.shape) > 2 or kernel.reduce_expr is None:  # nested rows: their long index sums want LICM
-        return False
-    tile = _Tile(_FunctionBuilder(), kernel)
-    vectors = (tile.row_pack is None or tile.vector_rows) and (tile.vector_epilogue or tile.swapped)
-    if not (vectors and tile.vector_pack):
-        return False
-    reduction = {f"r{depth}" for depth in range(len(kernel.reduce_shape))}
-    names: dict[KExpr, frozenset[str]] = {}  # the loop variables below each node
-
-    def below(e: KExpr) -> frozenset[str]:
-        if e not in names:
-            names[e] = frozenset([e.arg]) if e.op == "var" else frozenset().union(*(below(a) for a in e.args))
-        return names[e]
-
-    for node in _nodes(tile.reduce_expr):
-        if node.op in ("div", "rem") and node.dtype == INDEX:
-            return False  # an index LLVM's instcombine would simplify (a flatten's div and rem)
-        if node.dtype == FLOAT32 and COLUMN in below(node) and not below(node) & reduction:
-            return False  # vector work the reduction loop would redo each step: LICM's job
-    return True
+    return kernel.reduce_expr is not None and _Tile(_FunctionBuilder(), kernel).lean
 
 
 def render_tile(builder: _FunctionBuilder, kernel: Kernel) -> None:
