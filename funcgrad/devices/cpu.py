@@ -626,7 +626,7 @@ def optimization_level(kernel: Kernel) -> int:
       which a kernel over a few thousand elements never earns back.
     - 5 (SROA, then code generation) for register tiles whose every loop the renderer wrote on
       vectors (``render_tile.explicitly_vectorised``: the MLP's products, their packing and
-      epilogues): 45% less LLVM time than 4, the same speed and bits.
+      epilogues): half the LLVM time of 4, the same speed and bits.
     - 4 (O1 without LLVM's loop unroller) for other register tiles (a ``tile`` opt), which the renderer
       unrolled and vectorised itself: 35-80% less LLVM time, the same speed and bits. Unless a
       reduction loop is shorter than SHORT_REDUCTION (a convolution's 3x3 or 5x5 window): at O3,

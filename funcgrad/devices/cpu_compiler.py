@@ -69,8 +69,8 @@ PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]] | PassList] = {
     4: (1, (("loop_unrolling", False),)),
     # SROA alone (the renderer's stack counters and accumulators become registers), for register tiles
     # whose every loop the renderer wrote on vectors (render_tile.explicitly_vectorised): code generation
-    # does the rest (strength reduction, machine LICM, scheduling). The MLP's 8 tiles: 264 ms of LLVM at
-    # pipeline 4, 145 ms here, as fast and the same bits (docs/architecture.md, "LLVM time")
+    # does the rest (strength reduction, machine LICM, scheduling). The MLP's 8 tiles: 250 ms of LLVM CPU at
+    # pipeline 4, 122 ms here, as fast and the same bits (docs/architecture.md, "LLVM time")
     5: PassList(("sroa",)),
 }
 
