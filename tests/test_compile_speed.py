@@ -17,11 +17,12 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad.devices import cpu
 from funcgrad.devices import cpu_compiler as compiler
+from funcgrad.lower import render_tile
 from funcgrad.lower.kernel import Kernel, Opt
 from funcgrad.lower.optimize import optimize
 from funcgrad.lower.render_llvm import SHORT_PARTIAL, llvm_function_name, render_llvm
 from tests.test_cpu_compiler import erf_kernel
-from tests.test_render_tile import kernels_of, product_kernel, random_inputs, tiled
+from tests.test_render_tile import assert_matches_reference, kernels_of, product_kernel, random_inputs, tiled
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +49,18 @@ def run_object(kernel: Kernel, object_code: bytes, inputs: list[np.ndarray]) -> 
         memory.free()
 
 
+def tanh_product_kernel(m: int = 64, k: int = 256, n: int = 128) -> Kernel:
+    """``tanh(a @ b)``: a register tile whose epilogue the tile does not write on vectors."""
+    a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
+    return kernels_of(lambda a, b: fnp.tanh(a @ b), a, b)[0]
+
+
 def test_register_tiles_skip_llvms_unroller_unless_a_reduction_loop_is_short(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
     product = product_kernel(64, 256, 128, epilogue=True)
-    assert cpu.optimization_level(tiled(product, 64, 6)) == 4, "a register tile: O1 without unrolling"
+    assert cpu.optimization_level(tiled(product, 64, 6)) == 5, "a tile written on vectors throughout: SROA only"
+    assert cpu.optimization_level(tiled(tanh_product_kernel(), 64, 6)) == 4, "a register tile: O1 without unrolling"
     assert cpu.optimization_level(attrs.evolve(product, opts=(Opt("thread", 0, 2),))) == 3, "plain loops: O3"
     assert cpu.optimization_level(tiled(product_kernel(4, 16, 16), 16, 4)) == 0, "a small kernel: unoptimised"
     conv = conv_kernel()
@@ -127,7 +135,7 @@ def test_the_disk_caches_keep_the_pipelines_apart(tmp_path: Path, monkeypatch: p
     device = cpu.CPUDevice(cache_dir=tmp_path)
     kernel = tiled(product_kernel(64, 256, 128), 64, 6)
     prepared = device._prepare(kernel)
-    assert not isinstance(prepared, cpu.CompiledKernel) and prepared[2] == 4
+    assert not isinstance(prepared, cpu.CompiledKernel) and prepared[2] == 5
     monkeypatch.setenv("FUNCGRAD_OPT", "3")
     at_o3 = device._prepare(kernel)
     assert not isinstance(at_o3, cpu.CompiledKernel) and at_o3[2] == 3
@@ -244,3 +252,126 @@ def test_kernels_differing_only_in_name_and_size_compile_once(tmp_path: Path,
         np.testing.assert_array_equal(got[0], want[0])
     again = cpu.CPUDevice(cache_dir=tmp_path).load_cached(large, compiled[1].cache_token)
     assert again is not None and again.origin == "disk" and again.source == compiled[1].source
+
+
+def mlp_like_kernels(m: int, k: int, n: int) -> list[Kernel]:
+    """An MLP step's products: a layer with its bias (the activation packed per chunk of rows, along
+    the terms), a weight gradient (the activation packed along the rows) and an input gradient with
+    the activation's mask in its epilogue (where, comparisons, a divide)."""
+    h, w, bias, d, dt = (np.ones(s, np.float32) for s in ((m, k), (k, n), (n,), (m, n), (n, k)))
+    return [kernels_of(lambda h, w, bias: fnp.maximum(h, 0.0) @ w + bias, h, w, bias)[0],
+            kernels_of(lambda h, d: fnp.maximum(h, 0.0).T @ d, h, d)[0],
+            kernels_of(lambda d, w, h: (d @ w) * fnp.where(h > 0.0, 1.0, 0.0) / fnp.where(h == 0.0, 2.0, 1.0),
+                       d, dt, h)[0]]
+
+
+@pytest.mark.parametrize("m,k,n", [(37, 70, 75), (100, 33, 64), (20, 10, 130)], ids=lambda v: str(v))
+def test_explicitly_vectorised_tiles_compute_the_bits_of_llvms_vectoriser(
+        llvm: compiler.LLVMCompiler, monkeypatch: pytest.MonkeyPatch, m: int, k: int, n: int) -> None:
+    """Pipeline 5 (SROA only) on a tile whose packing and epilogue are written on vectors gives the
+    bits that pipeline 4's loop vectoriser gives on the scalar loops, and float64's values: masked
+    last columns and terms, a chunk's rows not a multiple of 16, short reduction blocks."""
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    monkeypatch.setattr(render_tile, "LARGE_ROWS", 16)  # a large product packs its contiguous operand
+    monkeypatch.setattr(render_tile, "LARGE_BYTES", 1 << 12)
+    large = product_kernel(m, k, n, epilogue=True)
+    assert render_tile._packable(large)
+    for kernel in [*mlp_like_kernels(m, k, n), large]:
+        inputs = random_inputs(kernel, seed=21)
+        for width, height, block in ((64, 6, 0), (32, 14, 5)):
+            variant = tiled(kernel, width, height, block)
+            assert render_tile.explicitly_vectorised(variant) and cpu.optimization_level(variant) == 5
+            source = render_llvm(variant)
+            vectors = run_object(variant, llvm.compile(source, 5), inputs)
+            try:
+                render_tile._Tile.explicit_vectors = False
+                scalar_source = render_llvm(variant)
+            finally:
+                render_tile._Tile.explicit_vectors = True
+            assert scalar_source != source and "masked.store" not in scalar_source
+            scalar = run_object(variant, llvm.compile(scalar_source, 4), inputs)
+            for got, want in zip(vectors, scalar):
+                np.testing.assert_array_equal(got, want)
+            assert_matches_reference(variant, vectors, inputs)
+
+
+def test_tiles_that_need_llvms_loop_passes_keep_pipeline_4(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the renderer leaves to LLVM keeps a tile at pipeline 4: a tanh epilogue (scalar), rows
+    nested in a batch, an index with div and rem (a flatten LLVM simplifies), vector work that does
+    not move with the reduction (LICM's)."""
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    assert not render_tile.explicitly_vectorised(tiled(tanh_product_kernel(), 64, 6))
+    a, b = np.ones((3, 40, 64), np.float32), np.ones((3, 64, 80), np.float32)
+    batched = kernels_of(lambda a, b: fnp.einsum("bij,bjk->bik", a, b), a, b)[0]
+    assert not render_tile.explicitly_vectorised(tiled(batched, 64, 6))
+    x, w = np.ones((64, 4, 3, 3), np.float32), np.ones((36, 80), np.float32)
+    flatten = kernels_of(lambda x, w: x.reshape(64, 36) @ w, x, w)[0]
+    assert "rem(" in str(flatten) and cpu.optimization_level(tiled(flatten, 64, 6)) == 4
+    x, y = np.ones((200, 64), np.float32), np.ones((64,), np.float32)
+    centred = kernels_of(lambda x, y: fnp.sum(fnp.maximum(x + y, 0.0) - fnp.maximum(y, 0.0), axis=0), x, y)[0]
+    one_row = attrs.evolve(centred, opts=(Opt("tile", 0, 64), Opt("thread", 0, 1)))
+    render_tile.check_tile_opts(centred, one_row.opts or ())
+    assert not render_tile.explicitly_vectorised(one_row)
+    plain = attrs.evolve(centred, reduce_expr=kernels_of(lambda x: fnp.sum(x, axis=0), x)[0].reduce_expr)
+    assert render_tile.explicitly_vectorised(attrs.evolve(plain, opts=one_row.opts)), "the same sum without it"
+
+
+def test_column_sums_tile_as_one_row_with_the_bits_of_the_plain_loops(
+        llvm: compiler.LLVMCompiler, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bias gradient (a 256 x 512 sum over the batch) is a one-row tile from ONE_ROW_MIN_WORK terms
+    on, compiled with SROA only; it sums each column in the order the i-k-j loops did."""
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    x = np.ones((256, 520), np.float32)
+    kernel = kernels_of(lambda x: fnp.sum(x, axis=0), x)[0]
+    tiled_sum = optimize(kernel)
+    assert tiled_sum.opts == (Opt("tile", 0, 64), Opt("thread", 0, 1)) and cpu.optimization_level(tiled_sum) == 5
+    small = kernels_of(lambda x: fnp.sum(x, axis=0), np.ones((64, 512), np.float32))[0]
+    assert not any(opt.action == "tile" for opt in optimize(small).opts or ()), "under ONE_ROW_MIN_WORK"
+    monkeypatch.setattr(render_tile, "ONE_ROW_MIN_WORK", 1 << 30)
+    plain = optimize(kernel)
+    assert not any(opt.action == "tile" for opt in plain.opts or ())
+    inputs = random_inputs(kernel, seed=4)
+    got = run_object(tiled_sum, llvm.compile(render_llvm(tiled_sum), 5), inputs)
+    want = run_object(plain, llvm.compile(render_llvm(plain), cpu.optimization_level(plain)), inputs)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[0], inputs[0].astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+def test_waiting_kernels_compile_heaviest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When more kernels wait than threads compile, the one with the largest estimated LLVM time goes
+    next (so the last compile is a short one and no thread idles while another finishes a long one)."""
+    from concurrent.futures import ThreadPoolExecutor
+    monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
+    monkeypatch.setattr(cpu, "thread_count", lambda: 2)
+    kernels = [product_kernel(4, 16, 16), tiled(product_kernel(64, 256, 128, epilogue=True), 64, 6),
+               adam_like_kernel(5000), erf_kernel("erf_to_order")]
+
+    class GatedPool:
+        """One thread that starts only once every compile is waiting."""
+
+        def __init__(self, expected: int) -> None:
+            self.real, self.count, self.expected, self.gate = ThreadPoolExecutor(1), 0, expected, threading.Event()
+
+        def submit(self, task):  # noqa: ANN001, ANN202
+            self.count += 1
+            if self.count == 1:
+                self.real.submit(self.gate.wait)
+            if self.count == self.expected:
+                self.gate.set()
+            return self.real.submit(task)
+
+    pool = GatedPool(len(kernels))
+    monkeypatch.setattr(cpu, "compile_pool", lambda: pool)
+    order: list[tuple[str, int]] = []
+    real_compile = cpu.host_target().compile_alone
+
+    def compile_alone(source: str, level: int = 3) -> bytes:
+        order.append((source, level))
+        return real_compile(source, level)
+
+    monkeypatch.setattr(cpu.host_target(), "compile_alone", compile_alone)
+    compiled = cpu.CPUDevice(cache_dir=tmp_path).compile_many(kernels)
+    assert len(order) == len(kernels) and len(compiled) == len(kernels)
+    costs = [cpu.compile_cost(source, level) for source, level in order]
+    assert costs == sorted(costs, reverse=True) and len(set(costs)) == len(costs)
+    pool.real.shutdown()

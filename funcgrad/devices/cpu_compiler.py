@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import gc
 import json
 import os
@@ -38,15 +39,23 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import IO, Any, BinaryIO
 
 __all__ = ["LLVMCompiler", "WorkerClient", "load_object", "CodeMemory", "UnsupportedObject", "undefined_symbols",
-           "symbol_address", "PIPELINES"]
+           "symbol_address", "PIPELINES", "PassList"]
 
 
 # --- LLVM (in whichever process runs it) -------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class PassList:
+    """A pipeline that runs exactly these llvmlite new-pass-manager passes (``add_<name>_pass``), then
+    code generation, instead of one of LLVM's standard pipelines."""
+
+    passes: tuple[str, ...]
+
+
 # LLVM's pass pipelines for kernels, by number (what CPUDevice asks for and the worker is sent):
-# (speed level, PipelineTuningOptions switched from that level's defaults). The object code depends
-# on this table, so it is part of the disk caches' fingerprint (cpu._Target.fingerprint).
-PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]]] = {
+# (speed level, PipelineTuningOptions switched from that level's defaults), or a PassList. The object
+# code depends on this table, so it is part of the disk caches' fingerprint (cpu._Target.fingerprint).
+PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]] | PassList] = {
     0: (0, ()),  # small kernels: no optimisation
     # O2, for plain i-k-j loops over a short reduction (cpu.optimization_level): O3's more eager full
     # unroller flattens their 10 passes over 576-wide stack rows (the CNN's r_sum_512_576: 23 KB of
@@ -59,6 +68,11 @@ PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]]] = {
     # inner loop is the same code as O3's without its 2x unrolling); and small elementwise kernels;
     # see cpu.optimization_level
     4: (1, (("loop_unrolling", False),)),
+    # SROA alone (the renderer's stack counters and accumulators become registers), for register tiles
+    # whose every loop the renderer wrote on vectors (render_tile.explicitly_vectorised): code generation
+    # does the rest (strength reduction, machine LICM, scheduling). The MLP's 8 tiles: 250 ms of LLVM CPU at
+    # pipeline 4, 122 ms here, as fast and the same bits (docs/architecture.md, "LLVM time")
+    5: PassList(("sroa",)),
 }
 
 class _SkippableLock:
@@ -141,15 +155,19 @@ class LLVMCompiler:
         target = self.llvm.Target.from_triple(self.triple)
         return target.create_target_machine(cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault")
 
-    def pass_builder(self, machine: Any, pipeline: int) -> Any:
-        """LLVM's pass pipeline number ``pipeline`` (a key of ``PIPELINES``) for ``machine``."""
+    def pass_builder(self, machine: Any, pipeline: int) -> _Passes:
+        """LLVM's pass pipeline number ``pipeline`` (a key of ``PIPELINES``) for ``machine``, ready to run."""
         if pipeline not in PIPELINES:
             raise ValueError(f"unknown LLVM pipeline {pipeline}; the pipelines are {sorted(PIPELINES)}")
-        speed_level, switches = PIPELINES[pipeline]
+        spec = PIPELINES[pipeline]
+        if isinstance(spec, PassList):
+            options = self.llvm.create_pipeline_tuning_options(speed_level=0)
+            return _Passes(self.llvm, self.llvm.create_pass_builder(machine, options), spec.passes)
+        speed_level, switches = spec
         options = self.llvm.create_pipeline_tuning_options(speed_level=speed_level)
         for name, value in switches:
             setattr(options, name, value)
-        return self.llvm.create_pass_builder(machine, options)
+        return _Passes(self.llvm, self.llvm.create_pass_builder(machine, options), None)
 
     def compile(self, source: str, pipeline: int = 3) -> bytes:
         """Parse, verify, optimise with ``PIPELINES[pipeline]`` and emit object code, in this thread's context."""
@@ -165,12 +183,29 @@ class LLVMCompiler:
             return self.optimize_and_emit(self.llvm.parse_assembly(source, context=own["context"]), own["machine"],
                                           own["pass_builders"][pipeline])
 
-    def optimize_and_emit(self, module: Any, machine: Any, pass_builder: Any) -> bytes:
+    def optimize_and_emit(self, module: Any, machine: Any, passes: _Passes) -> bytes:
         module.triple = self.triple
         module.data_layout = str(machine.target_data)
         module.verify()
-        pass_builder.getModulePassManager().run(module, pass_builder)
+        passes.run(module)
         return bytes(machine.emit_object(module))
+
+
+class _Passes:
+    """A pipeline ready to run on modules: a pass builder's standard pipeline, or a PassList's passes
+    (``names``) run with a pass builder at speed level 0."""
+
+    def __init__(self, llvm: Any, builder: Any, names: tuple[str, ...] | None) -> None:
+        self.llvm, self.builder, self.names = llvm, builder, names
+
+    def run(self, module: Any) -> None:
+        if self.names is None:
+            manager = self.builder.getModulePassManager()
+        else:
+            manager = self.llvm.create_new_module_pass_manager()
+            for name in self.names:
+                getattr(manager, f"add_{name}_pass")()
+        manager.run(module, self.builder)
 
 
 # --- symbols ---------------------------------------------------------------------------------------------

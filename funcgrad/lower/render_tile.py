@@ -28,6 +28,13 @@ transposed: vectors along axis 0, one register row per output column.
 
 A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
+
+The loops around the register tile are written on vectors too where their expressions allow it: the
+epilogue (``acc`` plus float32 loads along the columns, arithmetic, comparisons, selects), a computed
+row factor's packing and a packed operand contiguous along the columns, each with a masked last
+vector. A tile with nothing left for LLVM's loop vectoriser or LICM (``explicitly_vectorised``)
+compiles with SROA alone (``cpu_compiler.PIPELINES[5]``), to the same bits as the scalar loops under
+pipeline 4's vectoriser.
 """
 
 from __future__ import annotations
@@ -35,16 +42,19 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, _affine, alu, const, var
-from funcgrad.lower.render_llvm import _FunctionBuilder, _store_outputs, render_const, substitute
+from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr, Opt, _affine, alu, const, flat_index, var
+from funcgrad.lower.render_llvm import FLOAT_OPS, _FunctionBuilder, _store_outputs, render_const, substitute
 
-__all__ = ["tile_opts", "tile_candidates", "check_tile_opts", "render_tile", "LANES"]
+__all__ = ["tile_opts", "tile_candidates", "check_tile_opts", "render_tile", "explicitly_vectorised", "LANES"]
 
 FLOAT32 = np.dtype(np.float32)
 LANES = 16  # float32 lanes in one 512-bit register
 CHUNK_ROWS = 96  # rows of the shared operand's other side kept in L2 while the column panels pass
 BLOCK_TERMS = 256  # reduction terms per block: a block of both operands stays in L1/L2
 TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast (and compile faster)
+# ... for a one-row sum (a bias gradient's sum over the batch), whose tile compiles with SROA only
+# (pipeline 5): the MLP's 256 x 512 column sums, 20 ms of LLVM in i-k-j order at O3, 6.5 ms tiled, as fast
+ONE_ROW_MIN_WORK = 1 << 16
 MIN_COLUMNS = 8  # narrower rows (a 10-class output layer) run as one masked vector from 8 columns on
 MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than they gain
 MIN_PACKED_TERMS = 8  # ... except against a transposed operand's strided scalar loops (10 terms: 6.7x faster)
@@ -58,6 +68,9 @@ PACKED_CHUNK_ROWS = 384  # a packed panel is built once per chunk of rows: longe
 VECTOR_OPS = {"add": "fadd {t} {x}, {y}", "sub": "fsub {t} {x}, {y}", "mul": "fmul {t} {x}, {y}",
               "max": "call {t} @llvm.maximum.v16f32({t} {x}, {t} {y})",
               "min": "call {t} @llvm.minimum.v16f32({t} {x}, {t} {y})"}
+# further float32 operations an epilogue renders on vectors (``_Tile.operand``), as the scalar renderer does
+EPILOGUE_OPS = {"div": "fdiv {t} {x}, {y}", "abs": "call {t} @llvm.fabs.v16f32({t} {x})",
+                "sqrt": "call {t} @llvm.sqrt.v16f32({t} {x})"}
 ROW, COLUMN, OUTER = "m", "c", "o"  # the tile's loop variables: row, column, outer row
 # first column of a packed panel, first term of a reduction block, first row of a chunk
 PANEL, BLOCK, CHUNK = "tpanel", "tblock", "tchunk0"
@@ -99,6 +112,33 @@ def _vectorisable(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
     return False
 
 
+def _varies(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
+    """Whether ``e`` moves with the columns or reads the reduction's result (``acc``)."""
+    if e not in memo:
+        memo[e] = e.op == "acc" or (e.op == "var" and e.arg == column) or any(_varies(a, column, memo) for a in e.args)
+    return memo[e]
+
+
+def _vector_expression(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
+    """Whether ``_Tile.operand`` renders ``e`` at 16 consecutive columns: values that do not vary
+    (float32 or bool, broadcast), ``acc``, float32 loads contiguous along the columns, and float32
+    arithmetic, comparisons and selects of such values."""
+    if not _varies(e, column, memo):
+        return e.dtype in (FLOAT32, BOOL)
+    if e.op == "acc":
+        return e.dtype == FLOAT32
+    if e.op == "load":
+        return _vectorisable(e, column, {})
+    if e.op == "where":
+        return e.dtype == FLOAT32 and e.args[0].dtype == BOOL and all(
+            _vector_expression(a, column, memo) for a in e.args)
+    if e.op in COMPARISONS:
+        return e.dtype == BOOL and all(a.dtype == FLOAT32 and _vector_expression(a, column, memo) for a in e.args)
+    if e.op in VECTOR_OPS or e.op in EPILOGUE_OPS or e.op == "neg":
+        return e.dtype == FLOAT32 and all(a.dtype == FLOAT32 and _vector_expression(a, column, memo) for a in e.args)
+    return False
+
+
 def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     """The tile actions for ``kernel`` (``tile`` on the last axis: its width in columns; ``upcast``
     on the rows: the tile's height), or None when the kernel is not a float32 product-like sum or is
@@ -114,7 +154,7 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     if not _tileable(kernel):
         return None
     columns = kernel.shape[-1]
-    if columns < MIN_COLUMNS or work < TILE_MIN_WORK:
+    if columns < MIN_COLUMNS or work < (ONE_ROW_MIN_WORK if len(kernel.shape) == 1 else TILE_MIN_WORK):
         return None
     if int(np.prod(kernel.reduce_shape)) < (MIN_PACKED_TERMS if _packable(kernel) else MIN_TERMS):
         return None
@@ -334,6 +374,10 @@ def tile_shape(kernel: Kernel) -> tuple[int, int, int, int]:
 class _Tile:
     """Renders one kernel's tiled loops into a function builder."""
 
+    # write a lean tile's epilogue and packing on vectors (``lean``; False: scalar loops for LLVM's loop
+    # vectoriser, as every other tile has them; the tests compare the two bit for bit)
+    explicit_vectors = True
+
     def __init__(self, builder: _FunctionBuilder, kernel: Kernel) -> None:
         self.b = builder
         self.kernel = kernel
@@ -369,6 +413,23 @@ class _Tile:
         self.row_pack = self.row_packing()
         self.one_block = self.block >= kernel.reduce_shape[0]  # the whole first reduction loop in one block
         self.outputs = tuple(_replace(e, table, memo) for e in kernel.outputs)
+        # the epilogue can run on vectors when every output is a float32 computed from vectorisable
+        # values (a bias, an activation's mask); a computed row factor's packing when it runs along its
+        # layout; a packed column factor when it runs along the columns (pack_columns) or along the
+        # terms (16 x 16 transposes; blocks under 16 terms pack a few values one at a time)
+        varies: dict[KExpr, bool] = {}
+        self.vector_epilogue = not self.swapped and all(
+            aval.dtype == FLOAT32 and _vector_expression(e, COLUMN, varies)
+            for e, aval in zip(self.outputs, kernel.out_avals))
+        self.vector_rows = self.row_pack is not None and _vectorisable(self.row_pack_vectors()[0], COLUMN, {})
+        vector_pack = self.packed is None or _vectorisable(self.packed[1], COLUMN, {}) or \
+            self.terms_contiguous(self.packed[1])
+        # ... and they do when that leaves nothing for LLVM's loop passes (pipeline 5); other tiles keep
+        # the scalar loops pipeline 3 or 4 vectorises
+        self.lean = self.explicit_vectors and self.leaves_nothing_to_llvm(vector_pack)
+        self.vector_epilogue = self.vector_epilogue and self.lean
+        self.vector_rows = self.vector_rows and self.lean
+        self.acc_vector: str | None = None
         self.allocas: list[str] = []
         self.count = 0
         identity = render_const(-0.0, FLOAT32)  # a non-empty sum starts at -0.0, as render_llvm's
@@ -378,6 +439,10 @@ class _Tile:
             "fmuladd": f"declare {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector}, {self.vector}, {self.vector})",
             "masked.load": f"declare {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr, i32 immarg, <{LANES} x i1>, "
                            f"{self.vector})",
+            "masked.store": f"declare void @llvm.masked.store.v{LANES}f32.p0({self.vector}, ptr, i32 immarg, "
+                            f"<{LANES} x i1>)",
+            "abs": f"declare {self.vector} @llvm.fabs.v{LANES}f32({self.vector})",
+            "sqrt": f"declare {self.vector} @llvm.sqrt.v{LANES}f32({self.vector})",
             "max": f"declare {self.vector} @llvm.maximum.v{LANES}f32({self.vector}, {self.vector})",
             "min": f"declare {self.vector} @llvm.minimum.v{LANES}f32({self.vector}, {self.vector})"}
 
@@ -395,6 +460,43 @@ class _Tile:
         terms = _affine(loads[0].args[0]) if loads else None
         return split[0], split[1], terms is not None and terms.get(var("r0")) == 1
 
+    def leaves_nothing_to_llvm(self, vector_pack: bool) -> bool:
+        """Whether, with its epilogue and packing on vectors, the tile leaves nothing that LLVM's loop
+        vectoriser or LICM would improve (``explicitly_vectorised``)."""
+        kernel = self.kernel
+        if self.nested:  # nested rows: their long index sums want LICM
+            return False
+        if not ((self.row_pack is None or self.vector_rows) and (self.vector_epilogue or self.swapped) and vector_pack):
+            return False
+        reduction = {f"r{depth}" for depth in range(len(kernel.reduce_shape))}
+        names: dict[KExpr, frozenset[str]] = {}  # the loop variables below each node
+
+        def below(e: KExpr) -> frozenset[str]:
+            if e not in names:
+                names[e] = frozenset([e.arg]) if e.op == "var" else frozenset().union(*(below(a) for a in e.args))
+            return names[e]
+
+        for node in _nodes(self.reduce_expr):
+            if node.op in ("div", "rem") and node.dtype == INDEX:
+                return False  # an index LLVM's instcombine would simplify (a flatten's div and rem)
+            if node.dtype == FLOAT32 and COLUMN in below(node) and not below(node) & reduction:
+                return False  # vector work the reduction loop would redo each step: LICM's job
+        return True
+
+    @staticmethod
+    def terms_contiguous(factor: KExpr) -> bool:
+        """Whether ``factor`` is computed from one load contiguous along the terms (pack_block's case)."""
+        load = _one_load(factor, COLUMN)
+        terms = _affine(load.args[0]) if load is not None else None
+        return terms is not None and terms.get(var("r0")) == 1
+
+    def row_pack_vectors(self) -> tuple[KExpr, str]:
+        """The row factor with the loop variable its packed layout runs along (the terms for
+        ``[row][term]``, the rows for ``[term][row]``) renamed COLUMN, and that variable's name."""
+        assert self.row_pack is not None
+        along = "r0" if self.row_pack[2] else ROW
+        return _replace(self.row_pack[0], {along: var(COLUMN)}, {}), along
+
     def pack_rows(self) -> None:
         """Evaluate the row factor for the chunk's rows and every term into ``%inrows`` (layout
         ``[row][term]`` when its loads run along the terms, else ``[term][row]``, so the loop that
@@ -404,6 +506,9 @@ class _Tile:
         factor, _, along_terms = self.row_pack
         extent = self.kernel.reduce_shape[0]
         self.allocas.append(f"%inrows = alloca [{self.chunk * extent} x float], align 64")
+        if self.vector_rows:
+            self.pack_rows_vectors()
+            return
         saved = dict(b.cache)
         rows, terms = self.loop_name("prow"), self.loop_name("pterm")
         loops = [(rows, self.chunk_start, self.chunk_end), (terms, "0", str(extent))]
@@ -424,6 +529,74 @@ class _Tile:
             b.close_loop(name)
         del b.var_names[ROW], b.var_names["r0"]
         b.cache = saved
+
+    def pack_rows_vectors(self) -> None:
+        """``pack_rows`` 16 values at a time along the packed layout's rows: along the terms (a
+        constant count, the last vector masked) or along the chunk's rows (the last vector masked
+        by the rows left)."""
+        assert self.row_pack is not None
+        b = self.b
+        factor, along = self.row_pack_vectors()
+        extent = self.kernel.reduce_shape[0]
+        saved = dict(b.cache)
+        outer, inner = self.loop_name("prow"), self.loop_name("pterm")
+        if along == "r0":  # [row][term]: rows outside, 16 terms at a time
+            b.open_loop(outer, self.chunk_start, self.chunk_end)
+            b.var_names[ROW] = outer
+            local = b.instantiate("{out} = sub i64 %" + outer + ", " + self.chunk_start)
+            base = b.instantiate("{out} = mul i64 {x}, " + str(extent), x=local)
+            low, high, tail = "0", str(extent - extent % LANES), extent % LANES
+        else:  # [term][row]: terms outside, 16 rows at a time
+            b.open_loop(outer, "0", str(extent))
+            b.var_names["r0"] = outer
+            base = b.instantiate("{out} = mul i64 %" + outer + ", " + str(self.chunk))
+            base = b.instantiate("{out} = sub i64 {x}, " + self.chunk_start, x=base)
+            low, high, tail = self.chunk_start, b.instantiate("{out} = sub i64 " + self.chunk_end + ", 15"), -1
+        row_cache = dict(b.cache)
+
+        def store(position: str, mask: str | None) -> None:
+            b.var_names[COLUMN] = position[1:]
+            value = self.operand(factor, mask, {}, {})
+            offset = b.instantiate("{out} = add i64 {x}, " + position, x=base)
+            slot = b.instantiate("{out} = getelementptr inbounds float, ptr %inrows, i64 {i}", i=offset)
+            self.store_vector(value, slot, mask)
+            b.cache = dict(row_cache)
+
+        b.open_loop(inner, low, high)
+        store(f"%{inner}", None)
+        b.close_loop(inner, LANES)
+        if tail > 0:
+            store(b.instantiate("{out} = add i64 0, " + high), self.lane_mask(str(tail)))
+        elif tail < 0:  # the rows left after the whole vectors: maybe none, then the mask is all off
+            done = b.fresh()
+            b.emit(f"{done} = load i64, ptr %{inner}.addr")
+            left = b.instantiate("{out} = sub i64 " + self.chunk_end + ", {x}", x=done)
+            store(done, self.lane_mask(left))
+        b.close_loop(outer)
+        del b.var_names[COLUMN]
+        b.var_names.pop(ROW, None)
+        b.var_names.pop("r0", None)
+        b.cache = saved
+
+    def lane_mask(self, count: str) -> str:
+        """A ``<16 x i1>`` mask of the lanes below ``count`` (a constant or an i64 value)."""
+        b = self.b
+        lanes = ", ".join(f"i64 {lane}" for lane in range(LANES))
+        if count.lstrip("-").isdigit():
+            return b.instantiate(f"{{out}} = icmp slt <{LANES} x i64> <{lanes}>, splat (i64 {count})")
+        one = b.instantiate(f"{{out}} = insertelement <{LANES} x i64> poison, i64 {count}, i64 0")
+        splat = b.instantiate(f"{{out}} = shufflevector <{LANES} x i64> {one}, <{LANES} x i64> poison, "
+                              f"<{LANES} x i32> zeroinitializer")
+        return b.instantiate(f"{{out}} = icmp slt <{LANES} x i64> <{lanes}>, {splat}")
+
+    def store_vector(self, value: str, pointer: str, mask: str | None) -> None:
+        """Store a float vector at ``pointer``, only its ``mask`` lanes when there is one."""
+        if mask is None:
+            self.b.emit(f"store {self.vector} {value}, ptr {pointer}, align 4")
+        else:
+            self.declare("masked.store")  # (called with its function type: render_llvm declares other void calls)
+            self.b.emit(f"call void ({self.vector}, ptr, i32, <{LANES} x i1>) @llvm.masked.store.v{LANES}f32.p0("
+                        f"{self.vector} {value}, ptr {pointer}, i32 4, <{LANES} x i1> {mask})")
 
     def row_term(self) -> KExpr:
         """The product's row factor as the tile reads it: a load from the packed rows, or the factor."""
@@ -560,8 +733,10 @@ class _Tile:
                 self.micro(rest, 1, *arguments)
                 b.close_loop(rest)
         b.close_loop(block, self.block)
-        width = stride - ((LANES - masked_lanes) % LANES if masked_lanes else 0)
-        self.epilogue(column, width, buffer, stride)
+        if self.vector_epilogue:
+            self.epilogue_vectors(column, vectors, mask, buffer, stride)
+        else:
+            self.epilogue(column, stride - ((LANES - masked_lanes) % LANES if masked_lanes else 0), buffer, stride)
 
     def pack(self, column: str, vectors: int, masked_lanes: int, block: str, block_end: str, stride: int) -> KExpr:
         """Evaluate the column factor for the panel's columns from ``column`` and the reduction block
@@ -575,7 +750,9 @@ class _Tile:
         columns = (vectors - 1) * LANES + masked_lanes if masked_lanes else stride
         load = _one_load(column_factor, COLUMN)
         terms = _affine(load.args[0]) if load is not None else None
-        groups = columns // LANES if terms is not None and terms.get(var("r0")) == 1 else 0
+        # 16 x 16 blocks need 16 terms in a block (a 10-term product has none: no dead transposes to compile)
+        whole_terms = min(self.block, self.kernel.reduce_shape[0]) >= LANES
+        groups = columns // LANES if terms is not None and terms.get(var("r0")) == 1 and whole_terms else 0
         if not groups:
             self.pack_scalar(name, column, f"%{block}", "0", str(columns), f"%{block}", block_end, stride)
         else:  # 16 x 16 blocks: 16 loads along the terms, transposed in registers, 16 stores along the columns
@@ -592,8 +769,9 @@ class _Tile:
             self.pack_block(name, column_factor, load, first, f"%{group}", terms_loop, f"%{block}", stride)
             b.close_loop(terms_loop, LANES)
             b.cache = dict(saved)
-            after = b.instantiate("{out} = add i64 %" + group + ", " + str(LANES))
-            self.pack_scalar(name, column, f"%{block}", f"%{group}", after, whole_end, block_end, stride)
+            if self.block % LANES or self.kernel.reduce_shape[0] % LANES:  # (else every block is whole vectors)
+                after = b.instantiate("{out} = add i64 %" + group + ", " + str(LANES))
+                self.pack_scalar(name, column, f"%{block}", f"%{group}", after, whole_end, block_end, stride)
             b.cache = saved
             b.close_loop(group, LANES)
             if groups * LANES < columns:
@@ -612,6 +790,9 @@ class _Tile:
         column_factor = self.packed[1]
         saved = dict(b.cache)
         along = _vectorisable(column_factor, COLUMN, {})
+        if along and self.lean and low.isdigit() and high.isdigit():
+            self.pack_columns(name, column, block, int(low), int(high), first, last, stride)
+            return
         across, down = self.loop_name("pc"), self.loop_name("pk")
         loops = [(across, low, high), (down, first, last)]
         for loop, start, end in loops[::-1] if along else loops:
@@ -626,6 +807,31 @@ class _Tile:
         b.emit(f"store float {value}, ptr {slot}")
         for loop, _, _ in loops if along else loops[::-1]:
             b.close_loop(loop)
+        del b.var_names[COLUMN], b.var_names["r0"]
+        b.cache = saved
+
+    def pack_columns(self, name: str, column: str, block: str, low: int, high: int, first: str, last: str,
+                     stride: int) -> None:
+        """``pack_scalar`` for a factor contiguous along the columns (a large product's packed
+        operand): per term, the panel columns [low, high) as vectors, the last one masked."""
+        assert self.packed is not None
+        b = self.b
+        saved = dict(b.cache)
+        down = self.loop_name("pk")
+        b.open_loop(down, first, last)
+        b.var_names["r0"] = down
+        term = b.instantiate("{out} = sub i64 %" + down + ", " + block)
+        base = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=term)
+        row_cache = dict(b.cache)
+        for start in range(low, high, LANES):
+            mask = self.lane_mask(str(high - start)) if high - start < LANES else None
+            b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", " + str(start))[1:]
+            value = self.operand(self.packed[1], mask, {}, {})
+            offset = b.instantiate("{out} = add i64 {x}, " + str(start), x=base)
+            slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + ", i64 {i}", i=offset)
+            self.store_vector(value, slot, mask)
+            b.cache = dict(row_cache)
+        b.close_loop(down)
         del b.var_names[COLUMN], b.var_names["r0"]
         b.cache = saved
 
@@ -721,12 +927,16 @@ class _Tile:
                 broadcasts: dict[str, str]) -> str:
         """``e`` at 16 consecutive columns: a vector value."""
         b = self.b
-        if not _depends(e, COLUMN, {}):
+        if e.op == "acc":
+            assert self.acc_vector is not None
+            return self.acc_vector
+        if not _varies(e, COLUMN, {}):
             scalar = b.value(e)
             if scalar not in broadcasts:
-                one = b.instantiate("{out} = insertelement " + self.vector + " poison, float {x}, i64 0", x=scalar)
-                broadcasts[scalar] = b.instantiate("{out} = shufflevector " + self.vector + " {x}, " + self.vector
-                                                   + f" poison, <{LANES} x i32> zeroinitializer", x=one)
+                kind = "float" if e.dtype == FLOAT32 else "i1"
+                one = b.instantiate(f"{{out}} = insertelement <{LANES} x {kind}> poison, {kind} {{x}}, i64 0", x=scalar)
+                broadcasts[scalar] = b.instantiate(f"{{out}} = shufflevector <{LANES} x {kind}> {{x}}, <{LANES} x "
+                                                   f"{kind}> poison, <{LANES} x i32> zeroinitializer", x=one)
             return broadcasts[scalar]
         key = (e, mask is not None)
         if key in cache:
@@ -743,12 +953,50 @@ class _Tile:
         elif e.op == "neg":
             out = b.instantiate("{out} = fneg " + self.vector + " {x}",
                                 x=self.operand(e.args[0], mask, cache, broadcasts))
+        elif e.op == "where":
+            c, x, y = (self.operand(a, mask, cache, broadcasts) for a in e.args)
+            out = b.instantiate(f"{{out}} = select <{LANES} x i1> {c}, {self.vector} {x}, {self.vector} {y}")
+        elif e.op in COMPARISONS or e.op in EPILOGUE_OPS:
+            operands = [self.operand(a, mask, cache, broadcasts) for a in e.args]
+            self.declare(e.op)
+            template = FLOAT_OPS[e.op] if e.op in COMPARISONS else "{out} = " + EPILOGUE_OPS[e.op]
+            out = b.instantiate(template, t=self.vector, x=operands[0], y=operands[-1])
         else:
             x, y = (self.operand(a, mask, cache, broadcasts) for a in e.args)
             self.declare(e.op)
             out = b.instantiate("{out} = " + VECTOR_OPS[e.op].format(t=self.vector, x=x, y=y))
         cache[key] = out
         return out
+
+    def epilogue_vectors(self, column: str, vectors: int, mask: str | None, buffer: str, stride: int) -> None:
+        """``epilogue`` on vectors: per row of the chunk, each output at ``vectors`` vectors of 16
+        columns from ``column`` (the last one ``mask``ed), from the sums in ``buffer``."""
+        b = self.b
+        saved = dict(b.cache)
+        out_row = self.loop_name("erow")
+        b.open_loop(out_row, self.chunk_start, self.chunk_end)
+        b.var_names[ROW] = out_row
+        b.var_names[COLUMN] = b.instantiate("{out} = add i64 " + column + ", 0")[1:]
+        local_row = b.instantiate("{out} = sub i64 %" + out_row + ", " + self.chunk_start)
+        base = b.instantiate("{out} = mul i64 {x}, " + str(stride), x=local_row)
+        assert not self.nested and not self.swapped  # (a lean tile: rows and columns of a 2-D kernel)
+        position = flat_index([var(ROW), var(COLUMN)], (self.row_count, self.columns))
+        broadcasts: dict[str, str] = {}
+        for v in range(vectors):
+            masked = mask if v == vectors - 1 else None
+            offset = b.instantiate("{out} = add i64 {x}, " + str(v * LANES), x=base)
+            slot = b.instantiate("{out} = getelementptr inbounds float, ptr " + buffer + ", i64 {i}", i=offset)
+            self.acc_vector = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 64", p=slot)
+            cache: dict[tuple[KExpr, bool], str] = {}
+            where = b.value(substitute(position, COLUMN, v * LANES))
+            for number, expr in enumerate(self.outputs):
+                value = self.operand(substitute(expr, COLUMN, v * LANES), masked, cache, broadcasts)
+                pointer = b.instantiate("{out} = getelementptr inbounds float, ptr %out{n}, i64 {i}", n=number, i=where)
+                self.store_vector(value, pointer, masked)
+        self.acc_vector = None
+        b.close_loop(out_row)
+        del b.var_names[ROW], b.var_names[COLUMN]
+        b.cache = saved
 
     def epilogue(self, column: str, width: int, buffer: str, stride: int) -> None:
         """Apply the kernel's outputs to the chunk's sums (``width`` columns from ``column``) and store them."""
@@ -780,6 +1028,13 @@ class _Tile:
         b.close_loop(out_row)
         del b.var_names[ROW], b.var_names[COLUMN]
         b.cache = saved
+
+
+def explicitly_vectorised(kernel: Kernel) -> bool:
+    """Whether every loop of the kernel's tile that would gain from LLVM's loop vectoriser is written
+    on vectors already (the register tile, a computed row factor's packing, the epilogue), so a lean
+    pass list compiles it as fast as a full pipeline (``cpu.optimization_level``)."""
+    return kernel.reduce_expr is not None and _Tile(_FunctionBuilder(), kernel).lean
 
 
 def render_tile(builder: _FunctionBuilder, kernel: Kernel) -> None:
