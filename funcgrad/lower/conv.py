@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.core import IR, Eqn, Literal, Var
 
@@ -293,11 +294,11 @@ def _masked_product(b: _Builder, lhs: tuple[Var, list[str]], rhs: tuple[Var, lis
                       broadcast_dimensions=tuple(full.index(label) for label in present))
 
     dtype = lhs[0].aval.dtype
-    compute = np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype  # as dot_general's
+    compute = dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype  # as dot_general's
     x, y = (spread(value, labels) for value, labels in (lhs, rhs))
     if compute != dtype:
         x, y = (b.bind(P.convert_element_type_p, v, new_dtype=compute) for v in (x, y))
-    identity = Literal.of(compute.type(-0.0 if compute.kind == "f" else 0))
+    identity = Literal.of(compute.type(-0.0 if dtypes.is_float(compute) else 0))
     terms = b.bind(P.select_p, spread(*mask), b.bind(P.mul_p, x, y), identity)
     out = b.bind(P.reduce_sum_p, terms, axes=tuple(range(len(out_labels), len(full))))
     return out if compute == dtype else b.bind(P.convert_element_type_p, out, new_dtype=dtype)
