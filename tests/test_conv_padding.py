@@ -20,6 +20,8 @@ from typing import Any
 import attrs
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -28,6 +30,7 @@ from funcgrad.devices.cpu import CPUDevice
 from funcgrad.ir.core import ShapedArray
 from funcgrad.lower import render_tile
 from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, alu, const, evaluate_kernel, load, var, where
+from funcgrad.lower.optimize import optimize
 from funcgrad.lower.render_llvm import _FunctionBuilder, render_llvm
 from funcgrad.lower.schedule import KernelStep, inline_calls, schedule
 
@@ -48,6 +51,28 @@ def tiles_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
 def kernels_of(f: Any, *args: Any) -> list[Kernel]:
     ir = fg.make_ir(f)(*args)
     return [step.kernel for step in schedule(inline_calls(ir)) if isinstance(step, KernelStep)]
+
+
+def run_steps(device: CPUDevice, f: Any, *args: np.ndarray) -> tuple[list[np.ndarray], list[Kernel]]:
+    """``f``'s outputs computed kernel by kernel with the optimiser's opts chosen now (so a patched
+    threshold counts: jit's plans are cached by the program alone), and the optimised kernels."""
+    ir = fg.make_ir(f)(*args)
+    env: dict[int, np.ndarray] = {v.id: np.asarray(a) for v, a in zip(ir.in_vars, args)}
+    env.update((v.id, np.asarray(c)) for v, c in zip(ir.const_vars, ir.consts))
+    kernels = []
+    for step in schedule(inline_calls(ir)):
+        assert isinstance(step, KernelStep), step
+        kernel = optimize(step.kernel)
+        kernels.append(kernel)
+        outputs = [np.empty(v.aval.shape, v.aval.dtype) for v in step.outputs]
+        device.compile(kernel)([np.ascontiguousarray(env[v.id]) for v in step.inputs], outputs)
+        env.update((v.id, out) for v, out in zip(step.outputs, outputs))
+    return [env[v.id] for v in ir.outputs], kernels
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory: pytest.TempPathFactory) -> CPUDevice:
+    return CPUDevice(cache_dir=tmp_path_factory.mktemp("cache"))
 
 
 def guarded(kernels: list[Kernel]) -> list[Kernel]:
@@ -99,9 +124,12 @@ def _operands(case: tuple, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, w
 
 
-@pytest.mark.usefixtures("tiles_everywhere")
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_forward_and_gradients_match_pytorch_float64(case: tuple) -> None:
+def tiled(kernels: list[Kernel]) -> list[Kernel]:
+    return [k for k in kernels if any(opt.action == "tile" for opt in k.opts or ())]
+
+
+def _check_against_pytorch(device: CPUDevice, case: tuple) -> list[Kernel]:
+    """The convolution's output and both gradients (one vjp) against PyTorch in float64; the kernels."""
     x, w = _operands(case)
     x_t, w_t = torch.tensor(x, dtype=torch.float64, requires_grad=True), torch.tensor(w, dtype=torch.float64,
                                                                                         requires_grad=True)
@@ -113,15 +141,41 @@ def test_forward_and_gradients_match_pytorch_float64(case: tuple) -> None:
         out, pullback = fg.vjp(_conv(case), x, w)
         return (out, *pullback(ct))
 
-    jitted = fg.jit(step)
-    got = jitted(x, w, cotangent)
+    got, kernels = run_steps(device, step, x, w, cotangent)
     for actual, expected in zip(got, (out_t.detach(), x_t.grad, w_t.grad)):
         expected = expected.numpy()
         scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(actual.numpy(), expected, rtol=0, atol=2e-5 * scale)
-    sources = [info.source for info in jitted.lower(x, w, cotangent).kernels]
-    assert guarded(kernels_of(step, x, w, cotangent)), "expected a convolution over a padded lhs"
-    assert any("fmuladd" in source for source in sources), "expected the register tile"
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=2e-5 * scale)
+    return kernels
+
+
+@pytest.mark.usefixtures("tiles_everywhere")
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_forward_and_gradients_match_pytorch_float64(device: CPUDevice, case: tuple) -> None:
+    kernels = _check_against_pytorch(device, case)
+    assert tiled(guarded(kernels)), "expected a tiled convolution over a padded lhs"
+
+
+@st.composite
+def padded_convolutions(draw: st.DrawFn) -> tuple:
+    """A channels-last convolution (16 or 32 output channels per group) over a padded lhs: 1-D or 2-D,
+    sizes 3-11, kernels 1-5, strides 1-2, rhs dilation 1-2, pads 0-6 on either side, 1-2 groups."""
+    rank = draw(st.integers(1, 2))
+    groups = draw(st.integers(1, 2))
+    kernel, dilation = draw(st.integers(1, 5)), draw(st.integers(1, 2))
+    span = (kernel - 1) * dilation + 1
+    padding = tuple((draw(st.integers(0, 6)), draw(st.integers(0, 6))) for _ in range(rank))
+    spatial = tuple(draw(st.integers(max(3, span - low - high), 11)) for low, high in padding)
+    return (draw(st.integers(1, 3)), 8 * groups, spatial, draw(st.sampled_from([16, 32])) * groups, kernel,
+            draw(st.integers(1, 2)), padding, dilation, groups)
+
+
+@pytest.mark.usefixtures("tiles_everywhere")
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=padded_convolutions())
+def test_random_padded_convolutions_match_pytorch_float64(device: CPUDevice, case: tuple) -> None:
+    _check_against_pytorch(device, case)
 
 
 @pytest.mark.usefixtures("tiles_everywhere")
@@ -131,27 +185,28 @@ def test_forward_and_gradients_match_pytorch_float64(case: tuple) -> None:
     ((1, 8, 6, 5), (48, 8, 3, 3), ((5, 5), (5, 5))),  # outputs whose window is all padding
     ((2, 16, 11), (32, 16, 4), ((3, 3),)),
 ])
-def test_bits_equal_the_convolution_of_an_explicitly_padded_lhs(lhs_shape: tuple, rhs_shape: tuple,
-                                                                  padding: tuple) -> None:
+def test_bits_equal_the_convolution_of_an_explicitly_padded_lhs(device: CPUDevice, lhs_shape: tuple,
+                                                                  rhs_shape: tuple, padding: tuple) -> None:
     """Leaving the padding's terms out changes no bit of a sum (-0.0 is its identity) except the sign of
     an all-zero one: the tile's bounded loops add the other terms in the same order as the tile over
-    the padded lhs did."""
+    the padded lhs (whose zeros it multiplies) does."""
     rng = np.random.default_rng(2)
     x, w = rng.standard_normal(lhs_shape).astype(np.float32), rng.standard_normal(rhs_shape).astype(np.float32)
     strides = (1,) * len(padding)
-    masked = fg.jit(lambda x, w: lax.conv_general_dilated(x, w, strides, padding))(x, w).numpy()
+    (masked,), kernels = run_steps(device, lambda x, w: lax.conv_general_dilated(x, w, strides, padding), x, w)
+    assert len(tiled(guarded(kernels))) == 1
     pads = [(0, 0), (0, 0)] + list(padding)
-    explicit = fg.jit(lambda x, w: lax.conv_general_dilated(fnp.pad(x, pads), w, strides, "VALID"))(x, w).numpy()
+    (explicit,), kernels = run_steps(device, lambda x, w: lax.conv_general_dilated(fnp.pad(x, pads), w, strides,
+                                                                                   "VALID"), x, w)
+    assert tiled(kernels) and not guarded(kernels)
     zero = explicit == 0
     np.testing.assert_array_equal(masked[~zero].view(np.uint32), explicit[~zero].view(np.uint32))
     np.testing.assert_array_equal(masked[zero], 0.0)
-    (product,) = guarded(kernels_of(lambda x, w: lax.conv_general_dilated(x, w, strides, padding), x, w))
-    assert render_tile.tile_opts(product) is not None
 
 
 @pytest.mark.parametrize("tile", [True, False], ids=["tile", "plain"])
 def test_a_non_finite_kernel_element_does_not_reach_outputs_through_the_padding(
-        tile: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        device: CPUDevice, tile: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The terms on the padding are left out, not multiplied by zero (inf * 0 would be NaN): as in the
     definition (test_conv.direct_conv) and PyTorch's input gradients, on the tile and the plain loops."""
     monkeypatch.setattr(render_tile, "TILE_MIN_WORK", 0 if tile else 1 << 60)
@@ -160,10 +215,10 @@ def test_a_non_finite_kernel_element_does_not_reach_outputs_through_the_padding(
     w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
     w[:, :, 0, 0] = np.inf  # the top-left tap
     w[:4, :, 2, 1] = np.nan
-    params = ((1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1), 1)
-    got = fg.jit(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME"))(x, w).numpy()
+    (got,), kernels = run_steps(device, lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME"), x, w)
+    assert bool(tiled(guarded(kernels))) == tile
     with np.errstate(invalid="ignore"):  # (inf - inf in the definition's sums)
-        expected = direct_conv(x, w, *params)
+        expected = direct_conv(x, w, (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1), 1)
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)  # NaN where it has them
     assert np.isfinite(got[:, 4:, 0, :]).all()  # tap (0, 0) meets only padding on the first row
     # the input gradient (a convolution of the cotangent padded by 2) against PyTorch's
@@ -171,11 +226,15 @@ def test_a_non_finite_kernel_element_does_not_reach_outputs_through_the_padding(
     out_t = torch.nn.functional.conv2d(x_t, w_t)
     cotangent = rng.standard_normal(out_t.shape).astype(np.float32)
     out_t.backward(torch.tensor(cotangent))
-    _, pullback = fg.vjp(lambda x: lax.conv_general_dilated(x, w, (1, 1), "VALID"), fg.Tensor(x))
-    (d_x,) = fg.jit(pullback)(cotangent)
+
+    def input_gradient(x: Any, ct: Any) -> Any:
+        return fg.vjp(lambda x: lax.conv_general_dilated(x, w, (1, 1), "VALID"), x)[1](ct)[0]
+
+    (d_x,), kernels = run_steps(device, input_gradient, x, cotangent)
+    assert bool(tiled(guarded(kernels))) == tile
     expected = x_t.grad.numpy()
     assert np.isfinite(expected[:, :, -1, -1]).all() and np.isnan(expected).any()
-    np.testing.assert_allclose(d_x.numpy(), expected, rtol=2e-5, atol=2e-4)
+    np.testing.assert_allclose(d_x, expected, rtol=2e-5, atol=2e-4)
 
 
 def test_the_tile_bounds_the_cnn_input_gradient_loops() -> None:
@@ -210,18 +269,17 @@ def test_weight_gradients_and_forward_rows_along_the_batch_bound_outer_loops() -
 
 
 @pytest.mark.usefixtures("tiles_everywhere")
-def test_long_rows_run_their_interior_tiles_in_a_loop(tmp_path: Path) -> None:
+def test_long_rows_run_their_interior_tiles_in_a_loop(device: CPUDevice) -> None:
     """A 1-D convolution over 100 positions: the edge tiles are static, the tiles between them one loop."""
-    x, w = np.ones((2, 16, 100), np.float32), np.ones((32, 16, 5), np.float32)
-    (kernel,) = guarded(kernels_of(lambda x, w: lax.conv_general_dilated(x, w, (1,), ((2, 2),)), x, w))
-    tile = tile_of(kernel)
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((2, 16, 100)).astype(np.float32), rng.standard_normal((32, 16, 5)).astype(np.float32)
+    (got,), kernels = run_steps(device, lambda x, w: lax.conv_general_dilated(x, w, (1,), ((2, 2),)), x, w)
+    (kernel,) = tiled(guarded(kernels))
+    tile = render_tile._Tile(_FunctionBuilder(), kernel)
     height = tile.height
     interior = [start for start in range(0, 100 - height + 1, height) if tile.interior(start, height)]
     assert len(interior) >= 2 and 0 not in interior
-    rng = np.random.default_rng(4)
-    xs, ws = rng.standard_normal(x.shape).astype(np.float32), rng.standard_normal(w.shape).astype(np.float32)
-    got = fg.jit(lambda x, w: lax.conv_general_dilated(x, w, (1,), ((2, 2),)))(xs, ws).numpy()
-    expected = direct_conv(xs, ws, (1,), ((2, 2),), (1,), (1,), 1)
+    expected = direct_conv(x, w, (1,), ((2, 2),), (1,), (1,), 1)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * max(1.0, float(np.abs(expected).max())))
 
 
