@@ -26,6 +26,11 @@ large product packs even a contiguous column operand. ``swap(0, 1)`` has each th
 panels rather than rows, and ``tile(0, 16) upcast(1, n)`` tiles a product with fewer than 16 columns
 transposed: vectors along axis 0, one register row per output column.
 
+A sum of ``where(condition, term, -0.0)`` with rank >= 3 (a convolution over its lhs's padding, see
+``lower/conv.py``) skips the terms the condition excludes: a bound on one reduction loop by the outer
+rows narrows that loop per outer row, a bound by the tile's row unrolls that loop and leaves out the
+excluded terms of the edge row tiles, rendered at their static positions; the rest is tested per term.
+
 A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
 """
