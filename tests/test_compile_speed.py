@@ -305,8 +305,11 @@ def test_tiles_that_need_llvms_loop_passes_keep_pipeline_4(monkeypatch: pytest.M
     batched = kernels_of(lambda a, b: fnp.einsum("bij,bjk->bik", a, b), a, b)[0]
     assert not render_tile.explicitly_vectorised(tiled(batched, 64, 6))
     x, w = np.ones((64, 4, 3, 3), np.float32), np.ones((36, 80), np.float32)
-    flatten = kernels_of(lambda x, w: x.reshape(64, 36) @ w, x, w)[0]
+    # a channels-last flatten of NCHW data: digits that do not fold back into one variable
+    flatten = kernels_of(lambda x, w: fnp.transpose(x, (0, 2, 3, 1)).reshape(64, 36) @ w, x, w)[0]
     assert "rem(" in str(flatten) and cpu.optimization_level(tiled(flatten, 64, 6)) == 4
+    plain_flatten = kernels_of(lambda x, w: x.reshape(64, 36) @ w, x, w)[0]  # folds to r0 + 36*g0: no div/rem
+    assert "rem(" not in str(plain_flatten) and cpu.optimization_level(tiled(plain_flatten, 64, 6)) == 5
     x, y = np.ones((200, 64), np.float32), np.ones((64,), np.float32)
     centred = kernels_of(lambda x, y: fnp.sum(fnp.maximum(x + y, 0.0) - fnp.maximum(y, 0.0), axis=0), x, y)[0]
     one_row = attrs.evolve(centred, opts=(Opt("tile", 0, 64), Opt("thread", 0, 1)))

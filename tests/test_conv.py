@@ -229,10 +229,12 @@ def test_vmap_matches_a_python_loop(case, in_axes):
 
 
 def _product_kernels(kernels: list[Any]) -> list[Any]:
-    """The rank >= 4 sums of products the renderer runs in its i-k-j order (the convolutions here; not a
-    pooling window's count of maxima over channels-last data)."""
-    return [k for k in kernels if len(k.kernel.shape) >= 4 and k.kernel.reduce_expr is not None
-            and k.kernel.reduce_expr.op == "mul" and reduce_outer(k.kernel)]
+    """The rank >= 4 sums of products the renderer runs in its i-k-j order (the convolutions here, a padded
+    one's product guarded by where(inside, x * w, -0.0); not a pooling window's count of maxima over
+    channels-last data)."""
+    def product(e: Any) -> bool:
+        return e is not None and (e.op == "mul" or (e.op == "where" and e.args[1].op == "mul"))
+    return [k for k in kernels if len(k.kernel.shape) >= 4 and product(k.kernel.reduce_expr) and reduce_outer(k.kernel)]
 
 
 def test_each_convolution_of_a_training_step_is_one_product_kernel_with_a_long_last_axis():
@@ -263,13 +265,28 @@ def test_spatial_last_layout_when_there_are_few_output_channels():
     assert "rem(" not in listing and "div(" not in listing, listing  # the window view is affine
 
 
-def test_padded_input_and_channels_last_kernel_are_stored_once():
+def test_channels_last_kernel_is_stored_once_and_the_padding_is_a_guard():
     lhs, rhs = np.zeros((2, 3, 10, 10), np.float32), np.zeros((32, 3, 3, 3), np.float32)
     kernels = fg.jit(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME")).lower(lhs, rhs).kernels
     shapes = [k.kernel.shape for k in kernels]
-    # the padded input, the kernel as (C, KH, KW, O), the product (N, OH, OW, O) and its NCHW copy;
-    # the copies' loops merge where their indices allow (kernel.merge_loops): N*C, C*KH*KW, OH*OW
-    assert shapes == [(6, 12, 12), (27, 32), (2, 10, 10, 32), (2, 32, 100)], shapes
+    # the kernel as (C, KH, KW, O), the product (N, OH, OW, O) and its NCHW copy (the copies' loops merge
+    # where their indices allow, kernel.merge_loops: C*KH*KW, OH*OW); the padded input is not stored: the
+    # product reads the input and sums where(inside the padding's bounds, x * w, -0.0)
+    assert shapes == [(27, 32), (2, 10, 10, 32), (2, 32, 100)], shapes
+    product = kernels[1].kernel
+    assert product.in_avals[0].shape == (2, 3, 10, 10)
+    term = product.reduce_expr
+    assert term.op == "where" and term.args[2].op == "const" and str(term.args[2].arg) == "-0.0", term
+
+
+def test_spatial_last_and_dilated_lhs_store_their_padded_input():
+    lhs, rhs = np.zeros((2, 3, 10, 10), np.float32), np.zeros((4, 3, 3, 3), np.float32)  # 4 output channels
+    kernels = fg.jit(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME")).lower(lhs, rhs).kernels
+    assert [k.kernel.shape for k in kernels][0] == (6, 12, 12)  # the padded input, then the product
+    rhs = np.zeros((32, 3, 3, 3), np.float32)
+    kernels = fg.jit(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)), lhs_dilation=(2, 2)))\
+        .lower(lhs, rhs).kernels
+    assert [k.kernel.shape for k in kernels][0] == (2, 3, 21, 21)  # the dilated input, padded, stored
 
 
 def test_long_weight_gradient_contraction_is_split_into_chunks():

@@ -26,6 +26,11 @@ large product packs even a contiguous column operand. ``swap(0, 1)`` has each th
 panels rather than rows, and ``tile(0, 16) upcast(1, n)`` tiles a product with fewer than 16 columns
 transposed: vectors along axis 0, one register row per output column.
 
+A sum of ``where(condition, term, -0.0)`` with rank >= 3 (a convolution over its lhs's padding, see
+``lower/conv.py``) skips the terms the condition excludes: a bound on one reduction loop by the outer
+rows narrows that loop per outer row, a bound by the tile's row unrolls that loop and leaves out the
+excluded terms of the edge row tiles, rendered at their static positions; the rest is tested per term.
+
 A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
 
@@ -38,6 +43,8 @@ pipeline 4's vectoriser.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import attrs
 import numpy as np
@@ -224,8 +231,113 @@ def _tileable(kernel: Kernel) -> bool:
     # a sum that does not move with the columns is one value per row (a row statistic fused into its
     # row's pass, see schedule.py): render_llvm computes it once per row, the tile would per column
     column = f"g{len(kernel.shape) - 1}"
-    return _float_sum(kernel) and kernel.reduce_expr is not None and _depends(kernel.reduce_expr, column, {}) and (
+    if not _float_sum(kernel) or kernel.reduce_expr is None:
+        return False
+    guard = _guard(kernel.reduce_expr)
+    if guard is not None:  # a term counted where a condition holds (a convolution's padding): rank >= 3 only
+        conditions, term = guard
+        return len(kernel.shape) >= 3 and not any(_depends(c, column, {}) for c in conditions) and \
+            _depends(term, column, {}) and _vectorisable(term, column, {})
+    return _depends(kernel.reduce_expr, column, {}) and (
         _vectorisable(kernel.reduce_expr, column, {}) or _packable(kernel))
+
+
+# --- guarded terms: sum(where(condition, term, -0.0)), a convolution over its lhs's padding ---------------
+# (lower/conv.py). The condition's parts that bound one reduction loop are not tested per term: a bound
+# by the outer rows alone narrows that loop once per outer row (a padded image's top and bottom rows); a
+# bound by the tile's row and a reduction loop (its left and right columns) unrolls that loop and leaves
+# out the terms it excludes, statically, in the row tiles at the edges. Anything else is tested per term.
+
+MAX_UNROLLED_TAPS = 32  # reduction terms unrolled per step at most (a 5 x 5 window's row of 5)
+
+
+def _guard(e: KExpr) -> tuple[list[KExpr], KExpr] | None:
+    """(conjuncts of the condition, the term) when ``e`` is ``where(condition, term, -0.0)``: -0.0 is
+    the sum's identity, so a term left out where the condition fails gives the same bits."""
+    if e.op != "where" or e.dtype != FLOAT32:
+        return None
+    identity = e.args[2]
+    if identity.op != "const" or identity.arg != 0 or not np.signbit(identity.arg):
+        return None
+    return _conjuncts(e.args[0]), e.args[1]
+
+
+def _conjuncts(c: KExpr) -> list[KExpr]:
+    """The parts of a bool condition joined by ``and`` (``where(a, b, False)`` is ``a and b``)."""
+    if c.op == "const" and c.arg is True:
+        return []
+    if c.op == "and" and c.dtype == np.bool_:
+        return _conjuncts(c.args[0]) + _conjuncts(c.args[1])
+    if c.op == "where" and c.dtype == np.bool_ and c.args[2].op == "const" and c.args[2].arg is False:
+        return _conjuncts(c.args[0]) + _conjuncts(c.args[1])
+    return [c]
+
+
+@attrs.frozen
+class _Bound:
+    """``low <= coefficient * r<depth> + row * ROW + rest < high`` (either end may be None); ``rest``
+    varies with the outer rows only (no ``ROW`` term) or is a constant (a ``row`` term)."""
+
+    depth: int
+    coefficient: int
+    row: int
+    rest: KExpr
+    low: int | None
+    high: int | None
+
+    def holds(self, row: int, tap: int) -> bool:
+        """Whether the condition holds at tile row ``row`` and reduction index ``tap`` (``rest`` constant)."""
+        value = self.coefficient * tap + self.row * row + int(self.rest.arg)
+        return (self.low is None or value >= self.low) and (self.high is None or value < self.high)
+
+
+_FLIPPED = {"ge": "le", "gt": "lt", "lt": "gt", "le": "ge"}
+
+
+def _bound(atom: KExpr, depths: int) -> _Bound | None:
+    """``atom`` as a bound on one reduction loop, if it is ``t >= c``, ``t > c``, ``t < c`` or ``t <= c``
+    with ``t`` affine in one reduction variable and either the outer rows or the tile's row."""
+    if atom.op not in _FLIPPED or len(atom.args) != 2:
+        return None
+    x, y = atom.args
+    op = atom.op
+    if x.op == "const" and y.op != "const":
+        x, y, op = y, x, _FLIPPED[op]
+    terms = _affine(x)
+    if y.op != "const" or y.dtype != INDEX or terms is None:
+        return None
+    names = {f"r{depth}" for depth in range(depths)}
+    reductions = [(int(key.arg[1:]), coefficient) for key, coefficient in terms.items()
+                  if key is not None and coefficient and key.op == "var" and key.arg in names]
+    others = [(key, coefficient) for key, coefficient in terms.items() if key is not None and coefficient
+              and key != var(ROW) and not (key.op == "var" and key.arg in names)]
+    if len(reductions) != 1 or any(_depends(key, name, {}) for key, _ in others for name in (ROW, COLUMN, *names)):
+        return None
+    row = terms.get(var(ROW), 0)
+    if row and others:  # both the tile's row and the outer rows: tested per term
+        return None
+    rest = const(terms.get(None, 0), INDEX)
+    for key, coefficient in others:
+        rest = alu("add", rest, alu("mul", key, const(coefficient, INDEX)))
+    depth, coefficient = reductions[0]
+    bound = int(y.arg) + (op in ("gt", "le"))
+    low, high = (bound, None) if op in ("ge", "gt") else (None, bound)
+    return _Bound(depth, coefficient, row, rest, low, high)
+
+
+def _strip(e: KExpr, known: set[KExpr], memo: dict[KExpr, KExpr]) -> KExpr:
+    """``e`` with every ``where`` whose condition's parts are all in ``known`` (true) replaced by its
+    first branch (the lhs's own padding test and its guarded load index)."""
+    if e in memo:
+        return memo[e]
+    out = e
+    if e.op == "where" and all(part in known for part in _conjuncts(e.args[0])):
+        out = _strip(e.args[1], known, memo)
+    elif e.args:
+        args = tuple(_strip(a, known, memo) for a in e.args)
+        out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+    memo[e] = out
+    return out
 
 
 def _split_product(e: KExpr, column: str, row: str) -> tuple[KExpr, KExpr] | None:
@@ -409,6 +521,14 @@ class _Tile:
         memo: dict[KExpr, KExpr] = {}
         assert kernel.reduce_expr is not None
         self.reduce_expr = _replace(kernel.reduce_expr, table, memo)
+        self.outer_bounds: dict[int, list[_Bound]] = {}  # reduction depth -> its bounds by the outer rows
+        self.row_bounds: list[_Bound] = []  # bounds by the tile's row (static per row tile)
+        self.unroll_from = len(kernel.reduce_shape)  # reduction loops from this depth on are unrolled
+        self.residual: KExpr | None = None  # the rest of a guard's condition, tested per term
+        self.tap_ranges: dict[int, tuple[str, str]] = {}  # reduction depth -> [start, end) for this outer row
+        guard = _guard(self.reduce_expr)
+        if guard is not None:
+            self.reduce_expr = self.guarded(*guard)
         self.packed = _split_product(self.reduce_expr, COLUMN, ROW) if _packable(kernel) else None
         self.row_pack = self.row_packing()
         self.one_block = self.block >= kernel.reduce_shape[0]  # the whole first reduction loop in one block
@@ -445,6 +565,58 @@ class _Tile:
             "sqrt": f"declare {self.vector} @llvm.sqrt.v{LANES}f32({self.vector})",
             "max": f"declare {self.vector} @llvm.maximum.v{LANES}f32({self.vector}, {self.vector})",
             "min": f"declare {self.vector} @llvm.minimum.v{LANES}f32({self.vector}, {self.vector})"}
+
+    def guarded(self, conditions: list[KExpr], term: KExpr) -> KExpr:
+        """Sort a guard's conditions into bounds on the reduction loops and a residual test; return the
+        term with the lhs's own tests of the bounded conditions taken out (they hold wherever it runs)."""
+        shape = self.kernel.reduce_shape
+        parsed = [(c, _bound(c, len(shape)) if self.nested else None) for c in conditions]
+        by_row = [bound for _, bound in parsed if bound is not None and bound.row]
+        first = min((bound.depth for bound in by_row), default=len(shape))
+        if by_row and first > 0 and int(np.prod(shape[first:])) <= MAX_UNROLLED_TAPS:
+            self.unroll_from = first
+        known: set[KExpr] = set()
+        residual: list[KExpr] = []
+        for condition, bound in parsed:
+            if bound is not None and bound.row and self.unroll_from < len(shape):
+                self.row_bounds.append(bound)
+            elif bound is not None and not bound.row and 0 < bound.depth < self.unroll_from and bound.coefficient > 0:
+                self.outer_bounds.setdefault(bound.depth, []).append(bound)
+            else:
+                residual.append(condition)
+                continue
+            known.add(condition)
+        for condition in residual:
+            self.residual = condition if self.residual is None else alu("and", self.residual, condition)
+        return _strip(term, known, {})
+
+    def loop_ranges(self) -> None:
+        """[start, end) of each reduction loop bounded by the outer rows, for the current outer row:
+        ``low <= c * r + rest < high`` gives ``ceil((low - rest) / c) <= r < ceil((high - rest) / c)``."""
+        zero = const(0, INDEX)
+
+        def ceil_over(x: KExpr, coefficient: int) -> KExpr:  # ceil(max(x, 0) / coefficient)
+            x = alu("max", x, zero)
+            if coefficient == 1:
+                return x
+            return alu("div", alu("add", x, const(coefficient - 1, INDEX)), const(coefficient, INDEX))
+
+        for depth, bounds in sorted(self.outer_bounds.items()):
+            start, end = zero, const(self.kernel.reduce_shape[depth], INDEX)
+            for bound in bounds:
+                if bound.low is not None:
+                    gap = alu("sub", const(bound.low, INDEX), bound.rest)
+                    start = alu("max", start, ceil_over(gap, bound.coefficient))
+                if bound.high is not None:
+                    gap = alu("sub", const(bound.high, INDEX), bound.rest)
+                    end = alu("min", end, ceil_over(gap, bound.coefficient))
+            self.tap_ranges[depth] = (self.b.value(start), self.b.value(end))
+
+    def interior(self, start: int, rows: int) -> bool:
+        """Whether every term of rows [start, start + rows) passes the row bounds (a tile without edges)."""
+        shape = self.kernel.reduce_shape
+        return all(bound.holds(row, tap) for bound in self.row_bounds for row in range(start, start + rows)
+                   for tap in range(shape[bound.depth]))
 
     def row_packing(self) -> tuple[KExpr, KExpr, bool] | None:
         """(row factor, column factor, terms contiguous) when the row factor of a 2-D product over one
@@ -630,6 +802,7 @@ class _Tile:
             b.open_loop(outer, "%tile.lo", "%tile.hi")
             b.var_names[OUTER] = outer
             self.chunk_start, self.chunk_end = "0", str(self.row_extent)
+            self.loop_ranges()
         else:
             bounds = ("0", "1") if len(self.kernel.shape) == 1 else ("%start", "%end")  # rank 1: one row
             if self.split_columns:  # every row; the thread's share of axis 0 picks its column panels
@@ -709,7 +882,9 @@ class _Tile:
         else:
             expr = self.reduce_expr
         arguments = (expr, column, vectors, mask, f"%{block}", block_end, buffer, stride)
-        if self.nested:  # whole blocks of rows, then one block of the remaining rows
+        if self.nested and self.row_bounds:
+            self.edge_tiles(arguments)
+        elif self.nested:  # whole blocks of rows, then one block of the remaining rows
             height = min(self.height, self.row_extent)
             whole = self.row_extent - self.row_extent % height
             row = self.loop_name("row")
@@ -737,6 +912,32 @@ class _Tile:
             self.epilogue_vectors(column, vectors, mask, buffer, stride)
         else:
             self.epilogue(column, stride - ((LANES - masked_lanes) % LANES if masked_lanes else 0), buffer, stride)
+
+    def edge_tiles(self, arguments: tuple[KExpr, str, int, str | None, str, str, str, int]) -> None:
+        """The row tiles of a kernel with row bounds: a tile with rows whose terms the bounds exclude
+        (an image's left or right edge) at its static position, leaving those terms out; a run of
+        tiles without such rows in one loop, as usual."""
+        b = self.b
+        height = min(self.height, self.row_extent)
+        whole = self.row_extent - self.row_extent % height
+        tiles = [(start, height) for start in range(0, whole, height)]
+        tiles += [(whole, self.row_extent - whole)] if whole < self.row_extent else []
+        k = 0
+        while k < len(tiles):
+            start, rows = tiles[k]
+            end = k
+            while end < len(tiles) and tiles[end][1] == height and self.interior(*tiles[end]):
+                end += 1
+            if end - k > 1:
+                row = self.loop_name("row")
+                b.open_loop(row, str(start), str(tiles[end - 1][0] + height))
+                self.micro(row, height, *arguments)
+                b.close_loop(row, height)
+                k = end
+                continue
+            first = b.instantiate("{out} = add i64 0, " + str(start))
+            self.micro(first[1:], rows, *arguments, static_row=start)
+            k += 1
 
     def pack(self, column: str, vectors: int, masked_lanes: int, block: str, block_end: str, stride: int) -> KExpr:
         """Evaluate the column factor for the panel's columns from ``column`` and the reduction block
@@ -866,9 +1067,11 @@ class _Tile:
         b.cache = saved
 
     def micro(self, row: str, height: int, reduce_expr: KExpr, column: str, vectors: int, mask: str | None, low: str,
-              high: str, buffer: str, stride: int) -> None:
+              high: str, buffer: str, stride: int, static_row: int | None = None) -> None:
         """One register tile of ``reduce_expr``: ``height`` rows from ``%row``, ``vectors`` vectors from
-        ``column``, the first reduction loop over [low, high); the sums are added into ``buffer``."""
+        ``column``, the first reduction loop over [low, high); the sums are added into ``buffer``. A
+        guarded sum's unrolled loops run as unrolled terms, those the row bounds exclude at rows from
+        ``static_row`` left out (every term runs when it is None: rows without edges)."""
         b, kernel = self.b, self.kernel
         saved = dict(b.cache)
         b.var_names[ROW] = row
@@ -881,32 +1084,38 @@ class _Tile:
             for slot in line:
                 self.allocas.append(f"{slot} = alloca {self.vector}")
                 b.emit(f"store {self.vector} {self.zero}, ptr {slot}")
+        unrolled = kernel.reduce_shape[self.unroll_from:]
+        if unrolled:  # unrolled loops: their variables are 0, each term adds its offsets
+            zero = b.instantiate("{out} = add i64 0, 0")
+            b.var_names.update((f"r{depth}", zero[1:]) for depth in range(self.unroll_from, len(kernel.reduce_shape)))
         loops = []
-        for depth, extent in enumerate(kernel.reduce_shape):
+        for depth, extent in enumerate(kernel.reduce_shape[:self.unroll_from]):
             name = self.loop_name(f"r{depth}.")
-            b.open_loop(name, low if depth == 0 else "0", high if depth == 0 else str(extent))
+            start, end = (low, high) if depth == 0 else self.tap_ranges.get(depth, ("0", str(extent)))
+            b.open_loop(name, start, end)
             b.var_names[f"r{depth}"] = name
             loops.append(name)
         body_cache = dict(b.cache)
         vector_cache: dict[tuple[KExpr, bool], str] = {}
         broadcasts: dict[str, str] = {}
-        for r in range(height):
-            for v in range(vectors):
-                expr = substitute(substitute(reduce_expr, ROW, r), COLUMN, v * LANES)
-                masked = mask if v == vectors - 1 else None
-                old = b.instantiate("{out} = load " + self.vector + ", ptr " + slots[r][v])
-                if expr.op == "mul":
-                    self.declare("fmuladd")
-                    x, y = (self.operand(a, masked, vector_cache, broadcasts) for a in expr.args)
-                    new = b.instantiate(f"{{out}} = call {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector} {x}, "
-                                        f"{self.vector} {y}, {self.vector} {old})")
-                else:
-                    value = self.operand(expr, masked, vector_cache, broadcasts)
-                    new = b.instantiate(f"{{out}} = fadd reassoc contract {self.vector} {old}, {value}")
-                b.emit(f"store {self.vector} {new}, ptr {slots[r][v]}")
+        for tap in itertools.product(*map(range, unrolled)):  # in loop order, so each sum adds in the same order
+            term, residual = reduce_expr, self.residual
+            for depth, index in enumerate(tap, self.unroll_from):
+                term = substitute(term, f"r{depth}", index)
+                residual = None if residual is None else substitute(residual, f"r{depth}", index)
+            for r in range(height):
+                if static_row is not None and not all(bound.holds(static_row + r, tap[bound.depth - self.unroll_from])
+                                                      for bound in self.row_bounds):
+                    continue
+                test = None if residual is None else b.value(substitute(residual, ROW, r))
+                for v in range(vectors):
+                    self.accumulate(substitute(substitute(term, ROW, r), COLUMN, v * LANES),
+                                    mask if v == vectors - 1 else None, slots[r][v], test, vector_cache, broadcasts)
         b.cache = body_cache
         for depth in reversed(range(len(loops))):
             b.close_loop(loops[depth], hints=("no_vectorize",))
+            del b.var_names[f"r{depth}"]
+        for depth in range(self.unroll_from, len(kernel.reduce_shape)):
             del b.var_names[f"r{depth}"]
         b.cache = dict(saved)
         local = b.instantiate("{out} = sub i64 %" + row + ", " + self.chunk_start)
@@ -922,6 +1131,24 @@ class _Tile:
                 b.emit(f"store {self.vector} {total}, ptr {slot}, align 64")
         b.cache = dict(saved)
         del b.var_names[ROW], b.var_names[COLUMN], b.var_names[PANEL], b.var_names[BLOCK]
+
+    def accumulate(self, expr: KExpr, mask: str | None, slot: str, test: str | None,
+                   cache: dict[tuple[KExpr, bool], str], broadcasts: dict[str, str]) -> None:
+        """Add ``expr`` at 16 columns to the accumulator in ``slot`` (a product as one fused multiply-add);
+        with ``test`` (an i1), only where it holds."""
+        b = self.b
+        old = b.instantiate("{out} = load " + self.vector + ", ptr " + slot)
+        if expr.op == "mul":
+            self.declare("fmuladd")
+            x, y = (self.operand(a, mask, cache, broadcasts) for a in expr.args)
+            new = b.instantiate(f"{{out}} = call {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector} {x}, "
+                                f"{self.vector} {y}, {self.vector} {old})")
+        else:
+            value = self.operand(expr, mask, cache, broadcasts)
+            new = b.instantiate(f"{{out}} = fadd reassoc contract {self.vector} {old}, {value}")
+        if test is not None:
+            new = b.instantiate(f"{{out}} = select i1 {test}, {self.vector} {new}, {self.vector} {old}")
+        b.emit(f"store {self.vector} {new}, ptr {slot}")
 
     def operand(self, e: KExpr, mask: str | None, cache: dict[tuple[KExpr, bool], str],
                 broadcasts: dict[str, str]) -> str:
