@@ -63,6 +63,7 @@ from funcgrad.devices.cpu_compiler import (
     symbol_address,
     undefined_symbols,
 )
+from funcgrad.devices.cpu_pool import MAX_BUFFERS, MAX_CHUNKS, native_pool
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
@@ -561,6 +562,7 @@ class CompiledKernel:
         self.work = estimated_work(kernel)
         self.threads = min(kernel_threads(kernel, source), self.outer)  # chunks of axis 0 (the thread opt)
         self.parallel = self.threads > 1
+        self.native = buffers <= MAX_BUFFERS and self.threads <= MAX_CHUNKS  # the native pool can launch it
         self._expected = [(aval.dtype, int(np.prod(aval.shape))) for aval in (*kernel.out_avals, *kernel.in_avals)]
 
     def __repr__(self) -> str:
@@ -597,6 +599,10 @@ class CompiledKernel:
         validated their buffers once."""
         if not self.parallel:
             self.function(*pointers, 0, self.outer)
+            return
+        native = native_pool(wait=False) if self.native else None
+        if native is not None:
+            native.launch(self.address, pointers, self.outer, self.threads)
             return
         pool = worker_pool()
         chunks = self.threads
