@@ -91,10 +91,10 @@ entry:
   %epoch = {_word(EPOCH)}
   %spin.at = {_word(SPIN_NS)}
   %worker.chunks = {_word(WORKER_CHUNKS)}
-  %spin.ns = load i64, ptr %spin.at
   br label %idle
 
 idle:                                   ; (re)start the spin budget
+  %spin.ns = load atomic i64, ptr %spin.at monotonic, align 8
   %since = call i64 @fg_pool_now()
   br label %poll
 
@@ -240,12 +240,20 @@ run:
   br label %claim
 
 wait:
+  %polls = phi i64 [ 0, %claim ], [ %polls.next, %spin ], [ %polls.next, %yield ]
   %finished = load atomic i64, ptr %done acquire, align 8
   %all = icmp uge i64 %finished, %chunks
   br i1 %all, label %exit, label %spin
 
-spin:
+spin:                                   ; a worker runs a chunk: wait for it
   call void @llvm.x86.sse2.pause()
+  %polls.next = add i64 %polls, 1
+  %check = and i64 %polls.next, 1023
+  %checking = icmp eq i64 %check, 0
+  br i1 %checking, label %yield, label %wait
+
+yield:                                  ; every ~30 us, let a preempted worker (SCHED_FIFO, one CPU left) finish
+  %r4 = call i32 @sched_yield()
   br label %wait
 
 exit:
@@ -271,6 +279,7 @@ entry:
 
 declare i32 @clock_gettime(i32, ptr)
 declare i64 @syscall(i64, ...)
+declare i32 @sched_yield()
 declare void @llvm.x86.sse2.pause()
 """
 
@@ -388,7 +397,9 @@ class _Process:
             if os.environ.get("FUNCGRAD_NATIVE_POOL", "1") != "0" and supported():
                 from funcgrad.devices.cpu import thread_count
                 self.pool = NativePool(thread_count() - 1, spin_microseconds())
-        except (RuntimeError, OSError, ValueError) as error:
+        except ValueError as error:  # a bad FUNCGRAD_POOL_SPIN_US
+            print(f"funcgrad: the native worker pool is off: {error}", file=sys.stderr)
+        except (RuntimeError, OSError) as error:
             if debug_level() >= 1:
                 print(f"funcgrad: the native worker pool is off, threaded kernels use Python threads: {error}",
                       file=sys.stderr)
