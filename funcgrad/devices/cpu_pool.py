@@ -7,9 +7,13 @@
 
 Each worker is a Python daemon thread that calls ``fg_pool_worker(state)`` once through ctypes (which
 releases the GIL) and stays in native code: it spins on the ticket (``pause`` between polls) and runs
-chunks as they come, with no GIL and no Python, so a chunk starts ~1 us after the launch instead of
-20-40 us with a Python queue (``cpu._WorkerPool``). After ``FUNCGRAD_POOL_SPIN_US`` microseconds
-without work (default 100) it sleeps on a futex; a launch that finds sleepers wakes them.
+chunks as they come, with no GIL and no Python: the second chunk starts ~0.1 us after the first, against
+5 us with a Python queue (``cpu._WorkerPool``) whose worker has just finished and 15-35 us for one idle
+for 0.5-2 ms (measured with CLOCK_MONOTONIC in the chunks). After ``FUNCGRAD_POOL_SPIN_US`` microseconds
+without work (default 500: the MLP step's longest stretch of one-thread kernels between two threaded ones
+is ~0.4 ms) it sleeps on a futex; a launch that finds sleepers wakes them (~15-20 us here). A spinning
+worker does not slow the caller's thread (measured: memory- and compute-bound NumPy work), but it keeps a
+CPU from other processes for that long after each threaded kernel.
 
 The ticket packs (job number << 32 | chunks << 16 | next unclaimed chunk): the caller and the workers
 claim chunks by incrementing it, so whoever is free runs the next chunk (a late worker leaves its
@@ -21,7 +25,8 @@ that load the buffer addresses from an array (``MAX_BUFFERS``).
 One launch at a time uses the pool: a second thread that finds it busy runs its chunks itself. A
 forked child gets a fresh pool. x86-64 Linux only (futex, ``pause``), elsewhere and with
 ``FUNCGRAD_NATIVE_POOL=0`` the Python pool runs threaded kernels. The module is compiled once per
-machine and kept in the CPU disk cache.
+machine (~20 ms) and kept under ``$FUNCGRAD_CACHE/native-pool``; a process builds its pool on a thread
+at its first threaded launch, and launches use the Python pool until it is ready.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ __all__ = ["NativePool", "native_pool", "pool_source", "MAX_BUFFERS", "MAX_CHUNK
 
 MAX_BUFFERS = 32  # kernels with more buffers (outputs + inputs) use the Python pool
 MAX_CHUNKS = 4096  # the ticket's chunk fields are 16 bits; the caller's last claim may pass ``chunks`` by one
-DEFAULT_SPIN_US = 100
+DEFAULT_SPIN_US = 500
 
 # the state: 64-bit words, each group on its own cache line
 TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, SLEEPERS, BUSY, STOP, EPOCH, SPIN_NS, WORKER_CHUNKS, WAKES, SLEEPS = \
@@ -94,7 +99,6 @@ entry:
   br label %idle
 
 idle:                                   ; (re)start the spin budget
-  %spin.ns = load atomic i64, ptr %spin.at monotonic, align 8
   %since = call i64 @fg_pool_now()
   br label %poll
 
@@ -136,6 +140,7 @@ pause:
   br i1 %checking, label %clock, label %poll
 
 clock:
+  %spin.ns = load atomic i64, ptr %spin.at monotonic, align 8
   %now = call i64 @fg_pool_now()
   %idle.ns = sub i64 %now, %since
   %spun = icmp ugt i64 %idle.ns, %spin.ns
@@ -372,7 +377,7 @@ def supported() -> bool:
 
 
 def spin_microseconds() -> float:
-    """``FUNCGRAD_POOL_SPIN_US``: how long an idle worker spins before it sleeps (default 100)."""
+    """``FUNCGRAD_POOL_SPIN_US``: how long an idle worker spins before it sleeps (default 500)."""
     text = os.environ.get("FUNCGRAD_POOL_SPIN_US", "")
     try:
         value = float(text) if text else DEFAULT_SPIN_US
