@@ -22,7 +22,8 @@ plan keeps an evicted kernel working), and is freed under the LLVM lock (llvmlit
 
 Large kernels are split along their outermost loop across a persistent thread pool (ctypes
 releases the GIL); small ones are called directly, because handing work to a thread costs tens of
-microseconds (see ``PARALLEL_MIN_WORK``).
+microseconds (see ``PARALLEL_MIN_WORK``). The pool is ``cpu_pool.NativePool`` (hand-off and waiting in
+generated code) where it runs, else ``_WorkerPool`` (Python threads and queues).
 """
 
 from __future__ import annotations
@@ -424,7 +425,8 @@ def trim_folder(folder: Path, max_bytes: int, keep_fraction: float = 0.75) -> in
 # --- threads -------------------------------------------------------------------------------------------
 
 class _WorkerPool:
-    """Persistent daemon threads, one per extra CPU; the calling thread runs the first chunk.
+    """Persistent daemon threads, one per extra CPU; the calling thread runs the first chunk. Threaded
+    kernels use it where the native pool (``cpu_pool``) is off, unsupported or not built yet.
 
     Workers are not pinned to CPUs (``FUNCGRAD_PIN_WORKERS=1`` pins worker k to the k+1-th CPU, as
     before): the caller is not pinned, and a worker's wake-up of the caller (the last chunk done) lets

@@ -420,7 +420,8 @@ def _forget() -> None:
     _PROCESS = _Process()  # the parent's workers are not in this process
 
 
-os.register_at_fork(after_in_child=_forget)
+if hasattr(os, "register_at_fork"):  # not on Windows (where the pool is off anyway)
+    os.register_at_fork(after_in_child=_forget)
 
 
 def native_pool(wait: bool = True) -> NativePool | None:
