@@ -48,8 +48,9 @@ MAX_CHUNKS = 4096  # the ticket's chunk fields are 16 bits; the caller's last cl
 DEFAULT_SPIN_US = 500
 
 # the state: 64-bit words, each group on its own cache line
-TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, SLEEPERS, BUSY, STOP, EPOCH, SPIN_NS, WORKER_CHUNKS, WAKES, SLEEPS = \
-    0, 8, 9, 10, 11, 16, 24, 32, 40, 48, 56, 64, 72, 73
+TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, SLEEPERS, BUSY, STOP, EPOCH, WAKING, SPIN_NS = \
+    0, 8, 9, 10, 11, 16, 24, 32, 40, 48, 49, 56
+WORKER_CHUNKS, WAKES, SLEEPS = 64, 72, 73  # counts for tests and measurements
 STATE_WORDS = 80
 
 _FUTEX, _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE, _CLOCK_MONOTONIC = 202, 128, 129, 1
@@ -167,6 +168,8 @@ wait:
   br label %woken
 
 woken:
+  %waking = {_word(WAKING)}
+  store atomic i64 0, ptr %waking seq_cst, align 8
   %s2 = atomicrmw sub ptr %sleepers, i64 1 seq_cst
   br label %idle
 
@@ -223,7 +226,13 @@ publish:
   store atomic i64 %new, ptr %ticket seq_cst, align 8
   %asleep = load atomic i64, ptr %sleepers seq_cst, align 8
   %any.asleep = icmp ne i64 %asleep, 0
-  br i1 %any.asleep, label %wake, label %claim
+  br i1 %any.asleep, label %wake.once, label %claim
+
+wake.once:                              ; one wake until a sleeper is up (it clears the flag): fast launches
+  %waking = {_word(WAKING)}          ; while it wakes (15-50 us) make no futex calls of their own
+  %was = atomicrmw xchg ptr %waking, i64 1 seq_cst
+  %first = icmp eq i64 %was, 0
+  br i1 %first, label %wake, label %claim
 
 wake:
   %e = atomicrmw add ptr %epoch, i32 1 seq_cst
@@ -232,7 +241,7 @@ wake:
   br label %claim
 
 claim:
-  %own = phi i64 [ 0, %publish ], [ 0, %wake ], [ %own.next, %run ]
+  %own = phi i64 [ 0, %publish ], [ 0, %wake.once ], [ 0, %wake ], [ %own.next, %run ]
   %w = atomicrmw add ptr %ticket, i64 1 seq_cst
   %c = and i64 %w, 65535
   %open = icmp ult i64 %c, %chunks
@@ -268,19 +277,19 @@ exit:
 """
 
 
-_SUPPORT = """
-define internal i64 @fg_pool_now() {
+_SUPPORT = f"""
+define internal i64 @fg_pool_now() {{
 entry:
-  %time = alloca { i64, i64 }
-  %r = call i32 @clock_gettime(i32 1, ptr %time)
-  %sec.at = getelementptr inbounds { i64, i64 }, ptr %time, i32 0, i32 0
-  %nsec.at = getelementptr inbounds { i64, i64 }, ptr %time, i32 0, i32 1
+  %time = alloca {{ i64, i64 }}
+  %r = call i32 @clock_gettime(i32 {_CLOCK_MONOTONIC}, ptr %time)
+  %sec.at = getelementptr inbounds {{ i64, i64 }}, ptr %time, i32 0, i32 0
+  %nsec.at = getelementptr inbounds {{ i64, i64 }}, ptr %time, i32 0, i32 1
   %sec = load i64, ptr %sec.at
   %nsec = load i64, ptr %nsec.at
   %sec.ns = mul i64 %sec, 1000000000
   %ns = add i64 %sec.ns, %nsec
   ret i64 %ns
-}
+}}
 
 declare i32 @clock_gettime(i32, ptr)
 declare i64 @syscall(i64, ...)
