@@ -50,7 +50,7 @@ DEFAULT_SPIN_US = 500
 # the state: 64-bit words, each group on its own cache line
 TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, SLEEPERS, BUSY, STOP, EPOCH, WAKING, SPIN_NS = \
     0, 8, 9, 10, 11, 16, 24, 32, 40, 48, 49, 56
-WORKER_CHUNKS, WAKES, SLEEPS = 64, 72, 73  # counts for tests and measurements
+WORKER_CHUNKS, WAKES, SLEEPS, WAITED_NS = 64, 72, 73, 74  # counts for tests and measurements
 STATE_WORDS = 80
 
 _FUTEX, _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE, _CLOCK_MONOTONIC = 202, 128, 129, 1
@@ -190,6 +190,7 @@ entry:
   %sleepers = {_word(SLEEPERS)}
   %epoch = {_word(EPOCH)}
   %wakes = {_word(WAKES)}
+  %waited.ns = {_word(WAITED_NS)}
   %swap = cmpxchg ptr %busy, i64 0, i64 1 acquire monotonic
   %free = extractvalue {{ i64, i1 }} %swap, 1
   br i1 %free, label %publish, label %alone
@@ -245,7 +246,7 @@ claim:
   %w = atomicrmw add ptr %ticket, i64 1 seq_cst
   %c = and i64 %w, 65535
   %open = icmp ult i64 %c, %chunks
-  br i1 %open, label %run, label %wait
+  br i1 %open, label %run, label %claimed
 
 run:
   call void @fg_pool_chunk(ptr %fn, ptr %args, i64 %arity, i64 %outer, i64 %c, i64 %chunks)
@@ -253,11 +254,26 @@ run:
   %own.next = add i64 %own, 1
   br label %claim
 
+claimed:                                ; every chunk is taken; the workers' may still run
+  %finished.now = load atomic i64, ptr %done acquire, align 8
+  %all.now = icmp uge i64 %finished.now, %chunks
+  br i1 %all.now, label %exit, label %waiting
+
+waiting:
+  %wait.from = call i64 @fg_pool_now()
+  br label %wait
+
 wait:
-  %polls = phi i64 [ 0, %claim ], [ %polls.next, %spin ], [ %polls.next, %yield ]
+  %polls = phi i64 [ 0, %waiting ], [ %polls.next, %spin ], [ %polls.next, %yield ]
   %finished = load atomic i64, ptr %done acquire, align 8
   %all = icmp uge i64 %finished, %chunks
-  br i1 %all, label %exit, label %spin
+  br i1 %all, label %waited, label %spin
+
+waited:                                 ; the time the caller waited, for measurements (two vDSO clock reads)
+  %wait.to = call i64 @fg_pool_now()
+  %wait.ns = sub i64 %wait.to, %wait.from
+  %r5 = atomicrmw add ptr %waited.ns, i64 %wait.ns monotonic
+  br label %exit
 
 spin:                                   ; a worker runs a chunk: wait for it
   call void @llvm.x86.sse2.pause()
@@ -364,9 +380,10 @@ class NativePool:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Chunks the workers ran and futex wakes issued, since the pool started."""
+        """Since the pool started: chunks the workers ran, futex waits and wakes, and the time launching
+        threads waited for workers' chunks after running their own."""
         return {"worker_chunks": self.words[WORKER_CHUNKS], "wakes": self.words[WAKES], "sleeps": self.words[SLEEPS],
-                "sleepers": self.words[SLEEPERS]}
+                "sleepers": self.words[SLEEPERS], "waited_ns": self.words[WAITED_NS]}
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the workers (they return to Python and end); for tests: the process pool is never closed."""
