@@ -45,11 +45,13 @@ __all__ = ["NativePool", "native_pool", "pool_source", "MAX_BUFFERS", "MAX_CHUNK
 
 MAX_BUFFERS = 32  # kernels with more buffers (outputs + inputs) use the Python pool
 MAX_CHUNKS = 4096  # the ticket's chunk fields are 16 bits; the caller's last claim may pass ``chunks`` by one
-DEFAULT_SPIN_US = 500
+DEFAULT_SPIN_US = 200
+CALLER_SPIN_US = 50  # a launching thread waits this long for workers' chunks spinning, then sleeps
 
 # the state: 64-bit words, each group on its own cache line
-TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, SLEEPERS, BUSY, STOP, EPOCH, WAKING, SPIN_NS = \
-    0, 8, 9, 10, 11, 16, 24, 32, 40, 48, 49, 56
+TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, CALLER_ASLEEP, SLEEPERS, BUSY, STOP, EPOCH, WAKING = \
+    0, 8, 9, 10, 11, 16, 17, 24, 32, 40, 48, 49
+SPIN_NS, CALLER_SPIN_NS = 56, 57
 WORKER_CHUNKS, WAKES, SLEEPS, WAITED_NS = 64, 72, 73, 74  # counts for tests and measurements
 STATE_WORDS = 80
 
@@ -92,6 +94,7 @@ entry:
   %arity.at = {_word(ARITY)}
   %outer.at = {_word(OUTER)}
   %done = {_word(DONE)}
+  %caller.flag = {_word(CALLER_ASLEEP)}
   %sleepers = {_word(SLEEPERS)}
   %stop = {_word(STOP)}
   %epoch = {_word(EPOCH)}
@@ -126,6 +129,12 @@ run:                                    ; the fields belong to the job whose chu
   call void @fg_pool_chunk(ptr %fn, ptr %args, i64 %arity, i64 %outer, i64 %c, i64 %chunks)
   %r1 = atomicrmw add ptr %worker.chunks, i64 1 monotonic
   %r2 = atomicrmw add ptr %done, i64 1 seq_cst
+  %caller.asleep = load atomic i64, ptr %caller.flag seq_cst, align 8
+  %wake.caller = icmp ne i64 %caller.asleep, 0
+  br i1 %wake.caller, label %caller.wake, label %idle
+
+caller.wake:                            ; the launching thread waits on the done count (a long wait)
+  %r6 = call i64 (i64, ...) @syscall(i64 {_FUTEX}, ptr %done, i64 {_FUTEX_WAKE_PRIVATE}, i64 1)
   br label %idle
 
 quiet:
@@ -191,6 +200,8 @@ entry:
   %epoch = {_word(EPOCH)}
   %wakes = {_word(WAKES)}
   %waited.ns = {_word(WAITED_NS)}
+  %caller.flag = {_word(CALLER_ASLEEP)}
+  %caller.spin.at = {_word(CALLER_SPIN_NS)}
   %swap = cmpxchg ptr %busy, i64 0, i64 1 acquire monotonic
   %free = extractvalue {{ i64, i1 }} %swap, 1
   br i1 %free, label %publish, label %alone
@@ -264,7 +275,7 @@ waiting:
   br label %wait
 
 wait:
-  %polls = phi i64 [ 0, %waiting ], [ %polls.next, %spin ], [ %polls.next, %yield ]
+  %polls = phi i64 [ 0, %waiting ], [ %polls.next, %spin ], [ %polls.next, %clock ], [ 0, %woken ]
   %finished = load atomic i64, ptr %done acquire, align 8
   %all = icmp uge i64 %finished, %chunks
   br i1 %all, label %waited, label %spin
@@ -278,12 +289,30 @@ waited:                                 ; the time the caller waited, for measur
 spin:                                   ; a worker runs a chunk: wait for it
   call void @llvm.x86.sse2.pause()
   %polls.next = add i64 %polls, 1
-  %check = and i64 %polls.next, 1023
+  %check = and i64 %polls.next, 255
   %checking = icmp eq i64 %check, 0
-  br i1 %checking, label %yield, label %wait
+  br i1 %checking, label %clock, label %wait
 
-yield:                                  ; every ~30 us, let a preempted worker (SCHED_FIFO, one CPU left) finish
-  %r4 = call i32 @sched_yield()
+clock:
+  %caller.spin = load atomic i64, ptr %caller.spin.at monotonic, align 8
+  %now = call i64 @fg_pool_now()
+  %so.far = sub i64 %now, %wait.from
+  %long = icmp ugt i64 %so.far, %caller.spin
+  br i1 %long, label %sleep, label %wait
+
+sleep:                                  ; a long wait sleeps (under SCHED_FIFO a spinning caller starves other
+  store atomic i64 1, ptr %caller.flag seq_cst, align 8  ; processes, and the kernel then stops it for 50 ms)
+  %seen = load atomic i64, ptr %done seq_cst, align 8
+  %over = icmp uge i64 %seen, %chunks
+  br i1 %over, label %woken, label %futex
+
+futex:
+  %seen64 = and i64 %seen, 4294967295
+  %r4 = call i64 (i64, ...) @syscall(i64 {_FUTEX}, ptr %done, i64 {_FUTEX_WAIT_PRIVATE}, i64 %seen64, ptr null)
+  br label %woken
+
+woken:
+  store atomic i64 0, ptr %caller.flag seq_cst, align 8
   br label %wait
 
 exit:
@@ -309,7 +338,6 @@ entry:
 
 declare i32 @clock_gettime(i32, ptr)
 declare i64 @syscall(i64, ...)
-declare i32 @sched_yield()
 declare void @llvm.x86.sse2.pause()
 """
 
@@ -354,6 +382,7 @@ class NativePool:
         ctypes.memset(self.state, 0, STATE_WORDS * 8)
         self.words = (ctypes.c_int64 * STATE_WORDS).from_address(self.state)
         self.words[SPIN_NS] = int(spin_us * 1000)
+        self.words[CALLER_SPIN_NS] = CALLER_SPIN_US * 1000
         self._launch = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(addresses[0])
         self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addresses[1])
