@@ -3,27 +3,33 @@
     caller (Python)                    native code (this module's LLVM IR)               worker threads
     CompiledKernel.launch ------> fg_pool_launch(state, kernel, buffer addresses, outer, chunks)
                                     publish the job in ``state`` (one atomic ticket word) --> spinning on the ticket,
-                                    claim and run chunks, spin until every chunk is done  <-- claim and run chunks
+                                    claim and run chunks, wait until every chunk is done  <-- claim and run chunks
 
 Each worker is a Python daemon thread that calls ``fg_pool_worker(state)`` once through ctypes (which
 releases the GIL) and stays in native code: it spins on the ticket (``pause`` between polls) and runs
-chunks as they come, with no GIL and no Python: the second chunk starts ~0.1 us after the first, against
-5 us with a Python queue (``cpu._WorkerPool``) whose worker has just finished and 15-35 us for one idle
-for 0.5-2 ms (measured with CLOCK_MONOTONIC in the chunks). After ``FUNCGRAD_POOL_SPIN_US`` microseconds
-without work (default 500: the MLP step's longest stretch of one-thread kernels between two threaded ones
-is ~0.4 ms) it sleeps on a futex; a launch that finds sleepers wakes them (~15-20 us here). A spinning
-worker does not slow the caller's thread (measured: memory- and compute-bound NumPy work), but it keeps a
-CPU from other processes for that long after each threaded kernel.
+chunks as they come, with no GIL and no Python: the second chunk starts ~0.1-0.4 us after the first,
+against 5-9 us with a Python queue (``cpu._WorkerPool``) whose worker has just finished and 13-35 us
+for one idle for 0.5-2 ms (medians, measured with CLOCK_MONOTONIC in the chunks). After
+``FUNCGRAD_POOL_SPIN_US`` microseconds without work (default 200) it sleeps on a futex, and a launch
+that finds sleepers wakes them (~15-20 us here). The launching thread spins for the workers' chunks
+up to ``CALLER_SPIN_US``, then sleeps until the worker that finishes a chunk wakes it.
+
+Spinning costs CPU time, not speed: a spinning worker does not slow the caller's thread (measured on
+memory- and compute-bound NumPy work), but it keeps a CPU from other processes for its budget after
+each threaded kernel. Under SCHED_FIFO (``chrt``) with other runnable processes on the machine, the
+kernel stops a thread that spins through its CPU for ~50 ms about once a second (the MLP step: 1-4
+steps in 600 took ~57 ms; with the Python pool none): medians are unaffected, means are not.
 
 The ticket packs (job number << 32 | chunks << 16 | next unclaimed chunk): the caller and the workers
-claim chunks by incrementing it, so whoever is free runs the next chunk (a late worker leaves its
-chunk to the caller) and a worker never runs a chunk of a job that has finished. Chunk ``c`` of
-``chunks`` covers ``[outer * c // chunks, outer * (c + 1) // chunks)``, as in the Python pool, so
-results are the same bits. Kernels of every arity are called through one ``switch`` of trampolines
-that load the buffer addresses from an array (``MAX_BUFFERS``).
+claim chunks by incrementing it, so whoever is free runs the next chunk (a late or asleep worker leaves
+its chunk to the caller: no hand-off can hang) and a worker never runs a chunk of a job that has
+finished. Chunk ``c`` of ``chunks`` covers ``[outer * c // chunks, outer * (c + 1) // chunks)``, as in
+the Python pool, so results are the same bits. Kernels of every arity up to ``MAX_BUFFERS`` are called
+through one ``switch`` of trampolines that load the buffer addresses from an array, so kernels need no
+entry of their own.
 
 One launch at a time uses the pool: a second thread that finds it busy runs its chunks itself. A
-forked child gets a fresh pool. x86-64 Linux only (futex, ``pause``), elsewhere and with
+forked child gets a fresh pool. x86-64 Linux only (futex, ``pause``); elsewhere and with
 ``FUNCGRAD_NATIVE_POOL=0`` the Python pool runs threaded kernels. The module is compiled once per
 machine (~20 ms) and kept under ``$FUNCGRAD_CACHE/native-pool``; a process builds its pool on a thread
 at its first threaded launch, and launches use the Python pool until it is ready.
@@ -46,7 +52,7 @@ __all__ = ["NativePool", "native_pool", "pool_source", "MAX_BUFFERS", "MAX_CHUNK
 MAX_BUFFERS = 32  # kernels with more buffers (outputs + inputs) use the Python pool
 MAX_CHUNKS = 4096  # the ticket's chunk fields are 16 bits; the caller's last claim may pass ``chunks`` by one
 DEFAULT_SPIN_US = 200
-CALLER_SPIN_US = 50  # a launching thread waits this long for workers' chunks spinning, then sleeps
+CALLER_SPIN_US = 100  # a launching thread waits this long for workers' chunks spinning, then sleeps
 
 # the state: 64-bit words, each group on its own cache line
 TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, CALLER_ASLEEP, SLEEPERS, BUSY, STOP, EPOCH, WAKING = \
@@ -432,7 +438,7 @@ def supported() -> bool:
 
 
 def spin_microseconds() -> float:
-    """``FUNCGRAD_POOL_SPIN_US``: how long an idle worker spins before it sleeps (default 500)."""
+    """``FUNCGRAD_POOL_SPIN_US``: how long an idle worker spins before it sleeps (default 200)."""
     text = os.environ.get("FUNCGRAD_POOL_SPIN_US", "")
     try:
         value = float(text) if text else DEFAULT_SPIN_US
