@@ -160,6 +160,23 @@ def test_a_worker_runs_chunks_then_sleeps_and_a_launch_wakes_it(tmp_path: Path) 
     assert not any(thread.is_alive() for thread in pool.threads)
 
 
+def test_a_caller_that_waits_sleeps_and_the_worker_wakes_it(tmp_path: Path) -> None:
+    x = f32(3, 300_000)  # row sums in 2 chunks: the caller's first has one row, the other two
+    compiled = CPUDevice(cache_dir=tmp_path).compile(only_kernel(lambda a: a.sum(axis=1), x))
+    assert compiled.outer == 3
+    pool = cpu_pool.NativePool(1, spin_us=0, caller_spin_us=0)  # an asleep worker; a caller that sleeps at once
+    try:
+        deadline = time.monotonic() + 20
+        while pool.stats["caller_sleeps"] == 0:  # (a lost wake-up would hang here)
+            assert time.monotonic() < deadline, "the caller never had to wait for the worker"
+            out = np.zeros(3, np.float32)
+            pool.launch(compiled.address, [out.ctypes.data, x.ctypes.data], 3, 2)
+            np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=1), rtol=1e-4)
+        assert pool.stats["waited_ns"] > 0
+    finally:
+        pool.close()
+
+
 def test_without_workers_the_caller_runs_every_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_module, "thread_count", lambda: 1)
     cpu_pool.reset_native_pool()

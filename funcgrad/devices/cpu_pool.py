@@ -58,7 +58,7 @@ CALLER_SPIN_US = 100  # a launching thread waits this long for workers' chunks s
 TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, CALLER_ASLEEP, SLEEPERS, BUSY, STOP, EPOCH, WAKING = \
     0, 8, 9, 10, 11, 16, 17, 24, 32, 40, 48, 49
 SPIN_NS, CALLER_SPIN_NS = 56, 57
-WORKER_CHUNKS, WAKES, SLEEPS, WAITED_NS = 64, 72, 73, 74  # counts for tests and measurements
+WORKER_CHUNKS, WAKES, SLEEPS, WAITED_NS, CALLER_SLEEPS = 64, 72, 73, 74, 75  # counts for tests and measurements
 STATE_WORDS = 80
 
 _FUTEX, _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE, _CLOCK_MONOTONIC = 202, 128, 129, 1
@@ -208,6 +208,7 @@ entry:
   %waited.ns = {_word(WAITED_NS)}
   %caller.flag = {_word(CALLER_ASLEEP)}
   %caller.spin.at = {_word(CALLER_SPIN_NS)}
+  %caller.sleeps = {_word(CALLER_SLEEPS)}
   %swap = cmpxchg ptr %busy, i64 0, i64 1 acquire monotonic
   %free = extractvalue {{ i64, i1 }} %swap, 1
   br i1 %free, label %publish, label %alone
@@ -306,13 +307,14 @@ clock:
   %long = icmp ugt i64 %so.far, %caller.spin
   br i1 %long, label %sleep, label %wait
 
-sleep:                                  ; a long wait sleeps (under SCHED_FIFO a spinning caller starves other
-  store atomic i64 1, ptr %caller.flag seq_cst, align 8  ; processes, and the kernel then stops it for 50 ms)
+sleep:                                  ; a long wait sleeps: the CPU goes to whoever needs it (a worker queued here)
+  store atomic i64 1, ptr %caller.flag seq_cst, align 8
   %seen = load atomic i64, ptr %done seq_cst, align 8
   %over = icmp uge i64 %seen, %chunks
   br i1 %over, label %woken, label %futex
 
 futex:
+  %r7 = atomicrmw add ptr %caller.sleeps, i64 1 monotonic
   %seen64 = and i64 %seen, 4294967295
   %r4 = call i64 (i64, ...) @syscall(i64 {_FUTEX}, ptr %done, i64 {_FUTEX_WAIT_PRIVATE}, i64 %seen64, ptr null)
   br label %woken
@@ -364,7 +366,7 @@ class NativePool:
     >>> pool.launch(compiled.address, [out, a, b], outer=512, chunks=2)  # doctest: +SKIP
     """
 
-    def __init__(self, workers: int, spin_us: float = DEFAULT_SPIN_US) -> None:
+    def __init__(self, workers: int, spin_us: float = DEFAULT_SPIN_US, caller_spin_us: float = CALLER_SPIN_US) -> None:
         from funcgrad.devices.cpu import DiskCache, cache_root, host_target, keep_engine
         source = pool_source()
         cache = DiskCache(cache_root() / "native-pool")  # apart from the kernels' folder (and its trims)
@@ -388,7 +390,7 @@ class NativePool:
         ctypes.memset(self.state, 0, STATE_WORDS * 8)
         self.words = (ctypes.c_int64 * STATE_WORDS).from_address(self.state)
         self.words[SPIN_NS] = int(spin_us * 1000)
-        self.words[CALLER_SPIN_NS] = CALLER_SPIN_US * 1000
+        self.words[CALLER_SPIN_NS] = int(caller_spin_us * 1000)
         self._launch = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(addresses[0])
         self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addresses[1])
@@ -415,10 +417,11 @@ class NativePool:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Since the pool started: chunks the workers ran, futex waits and wakes, and the time launching
-        threads waited for workers' chunks after running their own."""
+        """Since the pool started: chunks the workers ran, their futex waits and the launches' wakes, the
+        time launching threads waited for workers' chunks after running their own, and how often they slept."""
         return {"worker_chunks": self.words[WORKER_CHUNKS], "wakes": self.words[WAKES], "sleeps": self.words[SLEEPS],
-                "sleepers": self.words[SLEEPERS], "waited_ns": self.words[WAITED_NS]}
+                "sleepers": self.words[SLEEPERS], "waited_ns": self.words[WAITED_NS],
+                "caller_sleeps": self.words[CALLER_SLEEPS]}
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the workers (they return to Python and end); for tests: the process pool is never closed."""
