@@ -502,7 +502,10 @@ def native_pool(wait: bool = True) -> NativePool | None:
         if wait:
             process.build()
         else:
-            threading.Thread(target=process.build, name="funcgrad-native-pool-build", daemon=True).start()
+            try:
+                threading.Thread(target=process.build, name="funcgrad-native-pool-build", daemon=True).start()
+            except RuntimeError:  # no new threads at interpreter shutdown: the Python pool it is
+                process.ready.set()
     if wait:
         process.ready.wait()
     return process.pool
