@@ -179,6 +179,7 @@ def test_a_caller_that_waits_sleeps_and_the_worker_wakes_it(tmp_path: Path) -> N
 
 def test_without_workers_the_caller_runs_every_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_module, "thread_count", lambda: 1)
+    monkeypatch.setenv("FUNCGRAD_NATIVE_POOL", "1")
     cpu_pool.reset_native_pool()
     try:
         pool = cpu_pool.native_pool()
