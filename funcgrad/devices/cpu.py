@@ -76,10 +76,11 @@ __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PA
 # reduction) times the operations per iteration, with a transcendental function (a scalar libm
 # call, ~10 ns) counting as TRANSCENDENTAL_COST simple vectorized operations, and float32 exp, tanh
 # and logistic (inline vector polynomials, render_llvm.FLOAT32_OPS: ~1 ns) as INLINE_TRANSCENDENTAL_COST.
-# A thread hand-off costs 30-80 us here and a memory-bound kernel gains only ~1.1x from a second core;
-# measured on one core: 2^18 iterations of x*x+1 take ~40 us, 2^16 of a libm tanh ~850 us. So x*x+1
-# goes parallel from 2^19 elements, a libm tanh from 2^14, a float32 tanh from 2^17. (At 100, softmax's
-# 256 x 10 x 10 backward sum went to two threads: 40 us there against 13 us on one.)
+# A thread hand-off cost 30-80 us here with the Python pool (the native pool, cpu_pool.py: ~0.1 us to a
+# spinning worker, 15-20 us to a sleeping one; not re-tuned since) and a memory-bound kernel gains only
+# ~1.1x from a second core; measured on one core: 2^18 iterations of x*x+1 take ~40 us, 2^16 of a libm
+# tanh ~850 us. So x*x+1 goes parallel from 2^19 elements, a libm tanh from 2^14, a float32 tanh from
+# 2^17. (At 100, softmax's 256 x 10 x 10 backward sum went to two threads: 40 us there against 13 us on one.)
 PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_COST = 100
 INLINE_TRANSCENDENTAL_COST = 10
