@@ -55,8 +55,8 @@ DEFAULT_SPIN_US = 200
 CALLER_SPIN_US = 100  # a launching thread waits this long for workers' chunks spinning, then sleeps
 
 # the state: 64-bit words, each group on its own cache line
-TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, CALLER_ASLEEP, SLEEPERS, BUSY, STOP, EPOCH, WAKING = \
-    0, 8, 9, 10, 11, 16, 17, 24, 32, 40, 48, 49
+TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, CALLER_ASLEEP, SLEEPERS, BUSY, STOP, EPOCH = \
+    0, 8, 9, 10, 11, 16, 17, 24, 32, 40, 48
 SPIN_NS, CALLER_SPIN_NS = 56, 57
 WORKER_CHUNKS, WAKES, SLEEPS, WAITED_NS, CALLER_SLEEPS = 64, 72, 73, 74, 75  # counts for tests and measurements
 STATE_WORDS = 80
@@ -183,8 +183,6 @@ wait:
   br label %woken
 
 woken:
-  %waking = {_word(WAKING)}
-  store atomic i64 0, ptr %waking seq_cst, align 8
   %s2 = atomicrmw sub ptr %sleepers, i64 1 seq_cst
   br label %idle
 
@@ -245,13 +243,7 @@ publish:
   store atomic i64 %new, ptr %ticket seq_cst, align 8
   %asleep = load atomic i64, ptr %sleepers seq_cst, align 8
   %any.asleep = icmp ne i64 %asleep, 0
-  br i1 %any.asleep, label %wake.once, label %claim
-
-wake.once:                              ; one wake until a sleeper is up (it clears the flag): fast launches
-  %waking = {_word(WAKING)}          ; while it wakes (15-50 us) make no futex calls of their own
-  %was = atomicrmw xchg ptr %waking, i64 1 seq_cst
-  %first = icmp eq i64 %was, 0
-  br i1 %first, label %wake, label %claim
+  br i1 %any.asleep, label %wake, label %claim
 
 wake:
   %e = atomicrmw add ptr %epoch, i32 1 seq_cst
@@ -260,7 +252,7 @@ wake:
   br label %claim
 
 claim:
-  %own = phi i64 [ 0, %publish ], [ 0, %wake.once ], [ 0, %wake ], [ %own.next, %run ]
+  %own = phi i64 [ 0, %publish ], [ 0, %wake ], [ %own.next, %run ]
   %w = atomicrmw add ptr %ticket, i64 1 seq_cst
   %c = and i64 %w, 65535
   %open = icmp ult i64 %c, %chunks
