@@ -160,6 +160,27 @@ def test_a_worker_runs_chunks_then_sleeps_and_a_launch_wakes_it(tmp_path: Path) 
     assert not any(thread.is_alive() for thread in pool.threads)
 
 
+def test_a_worker_still_wakes_after_many_quick_launches(tmp_path: Path) -> None:
+    """Launches ~2 us apart race a worker that sleeps after every chunk (spin budget 0) and takes ~15 us to
+    wake; none may leave it asleep for good (the caller would then run every chunk)."""
+    pool = cpu_pool.NativePool(1, spin_us=0)
+    try:
+        small, x_small = probe_kernel(tmp_path, rows=4, columns=64)
+        out = np.zeros_like(x_small)
+        pointers = [out.ctypes.data, x_small.ctypes.data]
+        for _ in range(20000):  # ~2 us apart: many land while the worker wakes (~15 us)
+            pool.launch(small.address, pointers, small.outer, 2)
+        np.testing.assert_allclose(out, np.tanh(x_small.astype(np.float64)) * 3 + 1, rtol=1e-5, atol=1e-5)
+        compiled, x = probe_kernel(tmp_path)
+        chunks = pool.stats["worker_chunks"]
+        deadline = time.monotonic() + 10
+        while pool.stats["worker_chunks"] == chunks:
+            assert time.monotonic() < deadline, "the worker no longer wakes"
+            launch_probe(pool, compiled, x, 64)
+    finally:
+        pool.close()
+
+
 def test_a_caller_that_waits_sleeps_and_the_worker_wakes_it(tmp_path: Path) -> None:
     x = f32(3, 300_000)  # row sums in 2 chunks: the caller's first has one row, the other two
     compiled = CPUDevice(cache_dir=tmp_path).compile(only_kernel(lambda a: a.sum(axis=1), x))
