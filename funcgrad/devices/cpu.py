@@ -22,7 +22,8 @@ plan keeps an evicted kernel working), and is freed under the LLVM lock (llvmlit
 
 Large kernels are split along their outermost loop across a persistent thread pool (ctypes
 releases the GIL); small ones are called directly, because handing work to a thread costs tens of
-microseconds (see ``PARALLEL_MIN_WORK``).
+microseconds (see ``PARALLEL_MIN_WORK``). The pool is ``cpu_pool.NativePool`` (hand-off and waiting in
+generated code) where it runs, else ``_WorkerPool`` (Python threads and queues).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from funcgrad.devices.cpu_compiler import (
     symbol_address,
     undefined_symbols,
 )
+from funcgrad.devices.cpu_pool import MAX_BUFFERS, MAX_CHUNKS, native_pool
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
@@ -75,10 +77,11 @@ __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PA
 # reduction) times the operations per iteration, with a transcendental function (a scalar libm
 # call, ~10 ns) counting as TRANSCENDENTAL_COST simple vectorized operations, and float32 exp, tanh
 # and logistic (inline vector polynomials, render_llvm.FLOAT32_OPS: ~1 ns) as INLINE_TRANSCENDENTAL_COST.
-# A thread hand-off costs 30-80 us here and a memory-bound kernel gains only ~1.1x from a second core;
-# measured on one core: 2^18 iterations of x*x+1 take ~40 us, 2^16 of a libm tanh ~850 us. So x*x+1
-# goes parallel from 2^19 elements, a libm tanh from 2^14, a float32 tanh from 2^17. (At 100, softmax's
-# 256 x 10 x 10 backward sum went to two threads: 40 us there against 13 us on one.)
+# A thread hand-off cost 30-80 us here with the Python pool (the native pool, cpu_pool.py: ~0.1 us to a
+# spinning worker, 15-20 us to a sleeping one; not re-tuned since) and a memory-bound kernel gains only
+# ~1.1x from a second core; measured on one core: 2^18 iterations of x*x+1 take ~40 us, 2^16 of a libm
+# tanh ~850 us. So x*x+1 goes parallel from 2^19 elements, a libm tanh from 2^14, a float32 tanh from
+# 2^17. (At 100, softmax's 256 x 10 x 10 backward sum went to two threads: 40 us there against 13 us on one.)
 PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_COST = 100
 INLINE_TRANSCENDENTAL_COST = 10
@@ -424,7 +427,8 @@ def trim_folder(folder: Path, max_bytes: int, keep_fraction: float = 0.75) -> in
 # --- threads -------------------------------------------------------------------------------------------
 
 class _WorkerPool:
-    """Persistent daemon threads, one per extra CPU; the calling thread runs the first chunk.
+    """Persistent daemon threads, one per extra CPU; the calling thread runs the first chunk. Threaded
+    kernels use it where the native pool (``cpu_pool``) is off, unsupported or not built yet.
 
     Workers are not pinned to CPUs (``FUNCGRAD_PIN_WORKERS=1`` pins worker k to the k+1-th CPU, as
     before): the caller is not pinned, and a worker's wake-up of the caller (the last chunk done) lets
@@ -569,6 +573,7 @@ class CompiledKernel:
         self.work = estimated_work(kernel)
         self.threads = min(kernel_threads(kernel, source), self.outer)  # chunks of axis 0 (the thread opt)
         self.parallel = self.threads > 1
+        self.native = buffers <= MAX_BUFFERS and self.threads <= MAX_CHUNKS  # the native pool can launch it
         self._expected = [(aval.dtype, int(np.prod(aval.shape))) for aval in (*kernel.out_avals, *kernel.in_avals)]
 
     def __repr__(self) -> str:
@@ -605,6 +610,10 @@ class CompiledKernel:
         validated their buffers once."""
         if not self.parallel:
             self.function(*pointers, 0, self.outer)
+            return
+        native = native_pool(wait=False) if self.native else None
+        if native is not None:
+            native.launch(self.address, pointers, self.outer, self.threads)
             return
         pool = worker_pool()
         chunks = self.threads
