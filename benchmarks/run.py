@@ -72,7 +72,7 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(matmul=(16, 32, 64), gelu=1 << 10, softmax=(32, 48), layernorm=(64, 32), dispatch_calls=5,
-              mlp=(20, 16, 16, 10), batch=8, cnn_batch=8, repetitions=2, budget_s=20.0)
+              mlp=(20, 16, 16, 10), batch=8, cnn_batch=8, repetitions=2, budget_s=60.0)
 
 
 # --- frameworks -----------------------------------------------------------------------------------------
