@@ -549,19 +549,27 @@ _INDEX_OPS: dict[str, Callable[[int, int], int]] = {
     "and": lambda a, b: a & b, "or": lambda a, b: a | b}
 
 
-def _index_at(e: K.KExpr, point: dict[str, int]) -> int | None:
-    """The value of index expression ``e`` at loop variables ``point`` (None if it is not plain index arithmetic)."""
+def _index_at(e: K.KExpr, point: dict[str, int], memo: dict[int, int | None] | None = None) -> int | None:
+    """The value of index expression ``e`` at loop variables ``point`` (None if it is not plain index arithmetic).
+    ``memo`` (by node identity) keeps a DAG's shared nodes from being walked once per path."""
     if e.op == "const":
         return int(e.arg)
     if e.op == "var":
         return point.get(e.arg)
-    args = [_index_at(a, point) for a in e.args]
+    memo = {} if memo is None else memo
+    if id(e) in memo:
+        return memo[id(e)]
+    args = [_index_at(a, point, memo) for a in e.args]
+    value: int | None
     if any(a is None for a in args):
-        return None
-    if e.op == "where":
-        return args[1] if args[0] else args[2]
-    function = _INDEX_OPS.get(e.op)
-    return None if function is None or len(args) != 2 else function(*args)  # type: ignore[arg-type]
+        value = None
+    elif e.op == "where":
+        value = args[1] if args[0] else args[2]
+    else:
+        function = _INDEX_OPS.get(e.op)
+        value = None if function is None or len(args) != 2 else function(*args)  # type: ignore[arg-type]
+    memo[id(e)] = value
+    return value
 
 
 def _shared_gathers(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
