@@ -17,6 +17,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.nn.functional as F
 import funcgrad.numpy as fnp
+from funcgrad.devices import Device
 from funcgrad.devices import cpu as cpu_module
 from funcgrad.devices import cpu_pool
 from funcgrad.devices.cpu import CompiledKernel, CPUDevice
@@ -259,7 +260,19 @@ def _child(queue: Any) -> None:
                [thread.ident for thread in pool.threads] if pool is not None else [], pool.stats if pool else {}))
 
 
-def test_a_forked_child_gets_a_fresh_pool(native: cpu_pool.NativePool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def on_the_cpu() -> Iterator[None]:
+    """Lazy values and jit on the CPU device (the suite may run with DEVICE=CL or WEBGPU)."""
+    previous = Device.DEFAULT
+    Device.DEFAULT = "CPU"
+    try:
+        yield
+    finally:
+        Device.DEFAULT = previous
+
+
+def test_a_forked_child_gets_a_fresh_pool(native: cpu_pool.NativePool, monkeypatch: pytest.MonkeyPatch,
+                                          on_the_cpu: None) -> None:
     launches: list[int] = []
     real_launch = native.launch
     monkeypatch.setattr(native, "launch", lambda *arguments: launches.append(1) or real_launch(*arguments))
