@@ -17,9 +17,8 @@ import pytest
 import funcgrad as fg
 import funcgrad.nn.functional as F
 import funcgrad.numpy as fnp
-from funcgrad.devices import Device
+from funcgrad.devices import Device, cpu_pool
 from funcgrad.devices import cpu as cpu_module
-from funcgrad.devices import cpu_pool
 from funcgrad.devices.cpu import CompiledKernel, CPUDevice
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.schedule import KernelStep, schedule
