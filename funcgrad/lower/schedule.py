@@ -519,12 +519,21 @@ def _gather_layout(producer: dict[int, Eqn], stored: set[int], var: Var) -> tupl
     if not any(_collect(load.args[0], ("div", "rem"), {}, set()) for load in large):
         return None
     widest = max(large, key=lambda load: builder.loads[load.arg].aval.size)
-    origin = {f"g{i}": 0 for i in range(len(shape))}
-    base = _index_at(widest.args[0], origin)
-    steps = [_index_at(widest.args[0], {**origin, f"g{axis}": 1}) for axis in range(len(shape))]
-    strides = [abs(step - base) if step is not None and base is not None else 0 for step in steps]
+    return _axis_order(widest.args[0], shape, {}) or tuple(range(len(shape)))
+
+
+def _axis_order(address: K.KExpr, shape: Sequence[int], others: dict[str, int]) -> tuple[int, ...] | None:
+    """The output axes sorted by how far ``address`` moves along each (largest step first), from its value at
+    the origin (``others`` fixes the other loop variables) and one step along each axis; None when it does
+    not move with some axis of more than one element or is not plain index arithmetic."""
+    origin = {f"g{i}": 0 for i in range(len(shape))} | others
+    base = _index_at(address, origin)
+    steps = [_index_at(address, {**origin, f"g{axis}": 1}) for axis in range(len(shape))]
+    if base is None or any(step is None for step in steps):
+        return None
+    strides = [abs(step - base) for step in steps if step is not None]
     if any(stride == 0 and size > 1 for stride, size in zip(strides, shape)):
-        return tuple(range(len(shape)))
+        return None
     return tuple(sorted(range(len(shape)), key=lambda axis: -strides[axis]))
 
 
@@ -655,16 +664,8 @@ def _window_layouts(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
         if not loads:
             continue
         widest = max(loads, key=lambda load: builder.loads[load.arg].aval.size)
-        origin = {f"g{i}": 0 for i in range(len(shape))} | {f"r{i}": 0 for i in range(len(builder.reduce[1]))}
-        base = _index_at(widest.args[0], origin)
-        steps = [_index_at(widest.args[0], {**origin, f"g{a}": 1}) for a in range(len(shape))]
-        if base is None or any(step is None for step in steps):
-            continue
-        strides = [abs(step - base) for step in steps if step is not None]
-        if any(stride == 0 and size > 1 for stride, size in zip(strides, shape)):
-            continue
-        order = tuple(sorted(range(len(shape)), key=lambda axis: -strides[axis]))
-        if order != tuple(range(len(shape))):
+        order = _axis_order(widest.args[0], shape, {f"r{i}": 0 for i in range(len(builder.reduce[1]))})
+        if order is not None and order != tuple(range(len(shape))):
             chosen[var.id] = order
     return chosen
 
