@@ -563,11 +563,9 @@ _INDEX_ARITHMETIC = frozenset(("add", "sub", "mul", "div", "rem"))
 
 
 def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:
+    if node.op == "div":
+        node = _flat_div(node, bounds)
     x, n = node.args[0], int(node.args[1].arg)
-    if (node.op == "div" and x.op == "div" and is_const(x.args[1]) and int(x.args[1].arg) > 0
-            and _nonnegative(x.args[0], bounds)):  # div(div(y, a), n) == div(y, a*n) for y >= 0
-        x, n = x.args[0], int(x.args[1].arg) * n
-        node = alu("div", x, const(n, INDEX))
     terms = _affine(x)
     if terms is None:
         return node
@@ -610,9 +608,7 @@ def _simplify_divmod(node: KExpr, bounds: dict[str, int]) -> KExpr:
     factored = _common_factor(rest, n, bounds)
     if factored is not None:  # div(G*y + s, n) == div(y, n/G): a row of 20 read as half of a 40 (pooling)
         rest_expr, n = factored[0], n // factored[2]
-    if rest_expr.op == "div" and is_const(rest_expr.args[1]) and _nonnegative(rest_expr.args[0], bounds):
-        rest_expr, n = rest_expr.args[0], int(rest_expr.args[1].arg) * n  # div(div(y, a), n) == div(y, a*n)
-    return alu("add", _build(quotient), alu("div", rest_expr, const(n, INDEX)))
+    return alu("add", _build(quotient), _flat_div(alu("div", rest_expr, const(n, INDEX)), bounds))
 
 
 def _common_factor(terms: dict[KExpr | None, int], n: int,
