@@ -98,6 +98,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "instead of comparing with them, and remove those of programs no longer in the corpus")
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Name each device and what it runs on (the WebGPU adapter, the OpenCL platform), or why not."""
+    from funcgrad.devices import devices
+    return ["devices: " + "; ".join(f"{info.name} {'yes' if info.available else 'no'} ({info.reason})"
+                                    for info in devices())]
+
+
 def selected_devices(config: pytest.Config) -> list[str]:
     from funcgrad.devices import canonical_name, devices
     option = config.getoption("--devices")

@@ -53,6 +53,8 @@ def test_funcgrad_column_is_a_number_and_its_result_matched_numpy(quick_run: tup
     row = rows(quick_run[1])[workload]
     funcgrad = row["results"]["funcgrad"]
     assert funcgrad["status"] == "ok", funcgrad["note"]
+    if funcgrad["ok"] is None and workload.startswith("cnn_") and importlib.util.find_spec("torch") is None:
+        pytest.skip(f"{workload}: the CNN's reference result is PyTorch's float64 step (pip install torch)")
     assert isinstance(funcgrad["value"], float) and math.isfinite(funcgrad["value"]) and funcgrad["value"] > 0
     assert funcgrad["ok"] is True and row["ok"] is True
     assert len(funcgrad["times_s"]) >= 1

@@ -52,6 +52,12 @@ FLOAT32_TOLERANCE: dict[str, tuple[float, float, float]] = {
 }
 
 
+def test_the_adapter_in_use_is_named() -> None:
+    """Every test here runs on whichever adapter wgpu picks; the probe (and the pytest header) names it."""
+    name, _, backend = REASON.partition(" via ")
+    assert name not in ("", "?") and backend in ("Vulkan", "OpenGL", "Metal", "D3D12"), REASON
+
+
 @pytest.fixture(scope="module")
 def device() -> webgpu.WebGPUDevice:
     return webgpu.WebGPUDevice()

@@ -25,6 +25,11 @@ def test_lazy_matmul_is_one_kernel_with_debug_3():
     assert result.returncode == 0, result.stderr
     assert "realized with 1 kernels, 0 host steps" in result.stderr
     assert "kernel r_sum_1024_1024 global[1024, 1024] reduce[sum][1024]" in result.stderr
+    # Tensor.empty is a real buffer of the full shape (as in tinygrad): the kernel loads two matrices,
+    # each element of a row of a and a column of b, not a broadcast scalar
+    assert re.search(r"^  in0: f32\[1024,1024\]$", result.stderr, re.M), result.stderr
+    assert re.search(r"^  in1: f32\[1024,1024\]$", result.stderr, re.M), result.stderr
+    assert "in0[(r0 + (g0 * 1024))] * in1[(g1 + (r0 * 1024))]" in result.stderr, result.stderr
 
 
 def test_linear_net_trains_with_adam_and_backward(capsys):

@@ -152,10 +152,10 @@ INT_OPS: dict[str, dict[str, str]] = {
     "add": {"s": "{x} + {y}", "u": "{x} + {y}"},
     "sub": {"s": "{x} - {y}", "u": "{x} - {y}"},
     "mul": {"s": "{x} * {y}", "u": "{x} * {y}"},
-    # WGSL gives x for x / 0 and MIN / -1 (the latter is the reference's wrap-around result)
-    "div": {"s": "select({x} / {y}, 0i, {y} == 0i)", "u": "select({x} / {y}, 0u, {y} == 0u)"},
-    # x % 1 == 0 covers x % 0 (defined as 0) and x % -1 (MIN % -1 is undefined in some back ends)
-    "rem": {"s": "{x} % select({y}, 1i, {y} == 0i || {y} == -1i)", "u": "{x} % select({y}, 1u, {y} == 0u)"},
+    # Signed / and % go through unsigned magnitudes: WGSL defines them, but the OpenGL adapter
+    # translates them to GLSL, where negative operands give undefined results (llvmpipe: -9 % 5 == 1).
+    "div": {"s": "fg_idiv({x}, {y})", "u": "select({x} / {y}, 0u, {y} == 0u)"},
+    "rem": {"s": "fg_irem({x}, {y})", "u": "{x} % select({y}, 1u, {y} == 0u)"},
     "pow": {"s": "fg_ipow_i32({x}, {y})", "u": "fg_ipow_u32({x}, {y})"},
     "max": {"s": "max({x}, {y})", "u": "max({x}, {y})", "b": "{x} || {y}"},
     "min": {"s": "min({x}, {y})", "u": "min({x}, {y})", "b": "{x} && {y}"},
@@ -174,8 +174,31 @@ INT_OPS: dict[str, dict[str, str]] = {
     "ge": {"s": "{x} >= {y}", "u": "{x} >= {y}", "b": "{x} || !{y}"},
 }
 
+# Index arithmetic divides non-negative values only (kernel.py's simplifier relies on that too), where
+# the plain operators are defined on every adapter, GLSL's included.
+INDEX_OPS: dict[str, str] = {
+    "div": "select({x} / {y}, 0i, {y} == 0i)",
+    "rem": "{x} % select({y}, 1i, {y} == 0i || {y} == -1i)",
+}
+
 # helper functions, emitted once per shader when a template names them
 HELPERS: dict[str, str] = {
+    # pack2x16float leaves a NaN's bits to the adapter (OpenGL's llvmpipe gives 0x7fff): keep sign and payload
+    "fg_f16_bits": """fn fg_f16_bits(x: f32) -> u32 {
+  let bits = bitcast<u32>(x);
+  if (fg_isnan(x)) { return ((bits >> 16u) & 0x8000u) | 0x7e00u | ((bits >> 13u) & 0x3ffu); }
+  return pack2x16float(vec2<f32>(x, 0.0f)) & 0xffffu;
+}""",
+    # truncating signed division and remainder from unsigned ones (x / 0 = x % 0 = 0; MIN / -1 wraps)
+    "fg_imagnitude": """fn fg_imagnitude(x: i32) -> u32 { return select(bitcast<u32>(x), 0u - bitcast<u32>(x), x < 0i); }""",
+    "fg_idiv": """fn fg_idiv(x: i32, y: i32) -> i32 {
+  let q = fg_imagnitude(x) / max(fg_imagnitude(y), 1u);
+  return select(bitcast<i32>(select(q, 0u - q, (x < 0i) != (y < 0i))), 0i, y == 0i);
+}""",
+    "fg_irem": """fn fg_irem(x: i32, y: i32) -> i32 {
+  let r = fg_imagnitude(x) % max(fg_imagnitude(y), 1u);
+  return bitcast<i32>(select(r, 0u - r, x < 0i));
+}""",
     "fg_isnan": """fn fg_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }""",
     # x86's default NaN (sign set), which NumPy's results carry on the machines tests run on
     "fg_nan": """fn fg_nan() -> f32 { return bitcast<f32>(0xffc00000u | fg_zero); }""",
@@ -725,6 +748,8 @@ def alu_text(op: str, operands: list[str], dtype: np.dtype) -> str:
             raise ValueError(f"unsupported operation {op} on {np.dtype(dtype).name}")
         text = FLOAT_OPS[op].format(x=x, y=y)
         return text if op in COMPARISONS or op == "is_finite" else narrow(text, dtype)
+    if np.dtype(dtype) == INDEX and op in INDEX_OPS:
+        return INDEX_OPS[op].format(x=x, y=y)
     table = INT_OPS.get(op, {})
     if kind not in table:
         raise ValueError(f"unsupported operation {op} on {np.dtype(dtype).name}")
@@ -791,7 +816,7 @@ def bitcast_text(x: str, source: np.dtype, target: np.dtype) -> str:
         return cast_text(x, source, target)
     # to the raw bits as u32
     if source.name == "float16":
-        raw = f"(pack2x16float(vec2<f32>({x}, 0.0f)) & 0xffffu)"
+        raw = f"fg_f16_bits({x})"
     elif source.name == "bfloat16":
         raw = f"(bitcast<u32>({x}) >> 16u)"
     elif bits == 32:

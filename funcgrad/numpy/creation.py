@@ -16,6 +16,7 @@ import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
+from funcgrad.ir.tracing import current_builder
 from funcgrad.numpy.conversion import ArrayLike, _to_numpy_scalar, asarray, astype, broadcast_to
 from funcgrad.tensor import Tensor, bind
 
@@ -68,8 +69,18 @@ def ones(shape: Shape, *, dtype: Any = None, device: str | None = None) -> Tenso
 
 
 def empty(shape: Shape, *, dtype: Any = None, device: str | None = None) -> Tensor:
-    """An array whose contents are unspecified (funcgrad gives zeros, which cost nothing lazily)."""
-    return zeros(shape, dtype=dtype)
+    """An array whose contents are unspecified. Outside a trace it is a real, uninitialised buffer
+    of the full shape, as NumPy's, PyTorch's and tinygrad's ``empty``, so kernels that read it load
+    memory; under a trace (``jit``, ``grad``) it is zeros, as ``jax.numpy.empty``.
+
+    >>> empty((2, 3)).shape
+    (2, 3)
+    """
+    shape = _shape(shape)
+    dtype = dtypes.default_float if dtype is None else dtypes.canonicalize(dtype)
+    if current_builder() is not None:
+        return zeros(shape, dtype=dtype)
+    return Tensor(np.empty(shape, dtype))
 
 
 def full_like(x: ArrayLike, /, fill_value: bool | int | float, *, dtype: Any = None,
@@ -87,7 +98,8 @@ def ones_like(x: ArrayLike, /, *, dtype: Any = None, device: str | None = None) 
 
 
 def empty_like(x: ArrayLike, /, *, dtype: Any = None, device: str | None = None) -> Tensor:
-    return zeros_like(x, dtype=dtype)
+    x = asarray(x)
+    return empty(x.shape, dtype=x.dtype if dtype is None else dtype)
 
 
 def _concrete_number(value: Any, name: str, fn: str) -> int | float:
