@@ -190,7 +190,9 @@ HELPERS: dict[str, str] = {
   return pack2x16float(vec2<f32>(x, 0.0f)) & 0xffffu;
 }""",
     # truncating signed division and remainder from unsigned ones (x / 0 = x % 0 = 0; MIN / -1 wraps)
-    "fg_imagnitude": """fn fg_imagnitude(x: i32) -> u32 { return select(bitcast<u32>(x), 0u - bitcast<u32>(x), x < 0i); }""",
+    "fg_imagnitude": """fn fg_imagnitude(x: i32) -> u32 {
+  return select(bitcast<u32>(x), 0u - bitcast<u32>(x), x < 0i);
+}""",
     "fg_idiv": """fn fg_idiv(x: i32, y: i32) -> i32 {
   let q = fg_imagnitude(x) / max(fg_imagnitude(y), 1u);
   return select(bitcast<i32>(select(q, 0u - q, (x < 0i) != (y < 0i))), 0i, y == 0i);
