@@ -9,7 +9,7 @@
   in (c,) }
 """
 
-from funcgrad import tree
+from funcgrad.util import tree
 from funcgrad import devices  # a package, callable as fg.devices() (see funcgrad/devices/__init__.py)
 from funcgrad.devices import Device, device_put
 from funcgrad.ir import dtypes
@@ -27,12 +27,12 @@ from funcgrad.transforms import (
 from funcgrad import lax
 from funcgrad import nn
 from funcgrad import datasets
-from funcgrad import config  # fg.config.update("debug_nans", True), as jax.config
+from funcgrad.util import config  # fg.config.update("debug_nans", True), as jax.config
 from funcgrad.nan_check import debug_infs, debug_nans
 
 remat = checkpoint
 
-__version__ = "0.1.0"
+from funcgrad.util.version import __version__
 
 __all__ = [
     "Array", "ConcretizationError", "Device", "config", "debug_infs", "debug_nans", "device_put", "devices",

@@ -9,15 +9,7 @@ from __future__ import annotations
 
 import gc
 
-from funcgrad.config import env_value
-
-
-def debug_level() -> int:
-    """``DEBUG`` as an int (0 when unset or not a number)."""
-    try:
-        return int(env_value("DEBUG") or 0)
-    except ValueError:
-        return 0
+from funcgrad.util.debug import debug_level  # noqa: F401 - funcgrad.debug.debug_level, as before
 
 
 def live_counts() -> dict[str, int]:

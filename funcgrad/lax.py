@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad import tree
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.core import IR, ShapedArray, avals_str
@@ -23,6 +22,7 @@ from funcgrad.ir.primitives import select_p
 from funcgrad.tensor import Tensor, bind
 from funcgrad.trace import leaf_aval, trace_flat
 from funcgrad.transforms.ad import as_tensor
+from funcgrad.util import tree
 
 __all__ = ["cond", "conv_general_dilated", "fori_loop", "map", "scan", "select", "switch", "while_loop"]
 

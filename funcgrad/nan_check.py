@@ -29,9 +29,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from funcgrad.config import config, nonfinite_checks
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Eqn, Literal, Var
+from funcgrad.util.config import config, nonfinite_checks
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB = os.path.normcase(sysconfig.get_paths()["stdlib"]) + os.sep

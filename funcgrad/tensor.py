@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from funcgrad import config as _config
 from funcgrad.devices import Device, canonical_name, get_device
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
@@ -27,6 +26,7 @@ from funcgrad.ir.primitives import Primitive
 from funcgrad.ir.tracing import ConcretizationError, IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.lazy import LazyBuffer, realize
 from funcgrad.nan_check import record_sources
+from funcgrad.util import config as _config
 
 
 def _short_repr(value: Any, limit: int = 40) -> str:

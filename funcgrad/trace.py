@@ -15,12 +15,12 @@ from typing import Any, cast
 
 import numpy as np
 
-from funcgrad import tree
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, ShapedArray
 from funcgrad.ir.simplify import simplify
 from funcgrad.ir.tracing import new_trace
 from funcgrad.tensor import Tensor, _atom_for
+from funcgrad.util import tree
 
 
 def leaf_aval(leaf: Any, where: str = "argument") -> tuple[ShapedArray, bool]:

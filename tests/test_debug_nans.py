@@ -11,8 +11,9 @@ import pytest
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
-from funcgrad import config, nan_check
+from funcgrad import nan_check
 from funcgrad.lower.plan import Plan, ReferenceDevice, compile_plan
+from funcgrad.util import config
 
 
 @pytest.fixture(autouse=True)

@@ -9,11 +9,11 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lower
-from funcgrad.caches import LRUCache
 from funcgrad.devices import cpu
 from funcgrad.lower import fuse
 from funcgrad.lower import plan as plan_module
 from funcgrad.lower.schedule import HostStep, KernelStep, inline_calls, schedule
+from funcgrad.util.caches import LRUCache
 
 pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU code generation, whatever DEVICE says
 

@@ -18,10 +18,10 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import Tensor, lower, nn
-from funcgrad.caches import LRUCache, cache_size
 from funcgrad.debug import live_counts
 from funcgrad.devices import cpu, get_device
 from funcgrad.lower import plan
+from funcgrad.util.caches import LRUCache, cache_size
 
 jit_module = importlib.import_module("funcgrad.transforms.jit")  # the module (funcgrad.transforms.jit is the function)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import nn
-from funcgrad.tree import DictKey, GetAttrKey, SequenceKey
+from funcgrad.util.tree import DictKey, GetAttrKey, SequenceKey
 from tests.conftest import assert_close
 
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from funcgrad import tree
+from funcgrad.util import tree
 
 
 class Point(NamedTuple):

@@ -202,7 +202,7 @@ def device_put(x: Any, device: str | None = None) -> Any:
     >>> fg.device_put({"w": fg.numpy.ones(2)}, "CPU")["w"].device
     'CPU'
     """
-    from funcgrad import tree
+    from funcgrad.util import tree
     from funcgrad.tensor import Tensor
     target = Device.DEFAULT if device is None else device
 

@@ -53,8 +53,6 @@ from typing import Any
 import attrs
 import numpy as np
 
-from funcgrad.caches import LRUCache, cache_size, write_atomically
-from funcgrad.debug import debug_level
 from funcgrad.devices.cpu_compiler import (
     PIPELINES,
     CodeMemory,
@@ -70,6 +68,8 @@ from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
 from funcgrad.lower.render_llvm import external_symbols, is_inline_math, llvm_function_name, render_llvm
+from funcgrad.util.caches import LRUCache, cache_size, write_atomically
+from funcgrad.util.debug import debug_level
 
 __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PARALLEL_MIN_WORK"]
 

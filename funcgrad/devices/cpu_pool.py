@@ -45,7 +45,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from funcgrad.debug import debug_level
+from funcgrad.util.debug import debug_level
 
 __all__ = ["NativePool", "native_pool", "pool_source", "MAX_BUFFERS", "MAX_CHUNKS"]
 

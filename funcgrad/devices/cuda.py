@@ -26,12 +26,12 @@ from typing import Any
 import attrs
 import numpy as np
 
-from funcgrad.debug import debug_level
 from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.plan import run_on_host_arrays
 from funcgrad.lower.render_c import kernel_function_name
 from funcgrad.lower.render_cuda import render_cuda
+from funcgrad.util.debug import debug_level
 
 __all__ = ["CUDADevice", "CUDAKernel", "CUDAArray", "CUDAError", "compile_cuda", "nvcc_path", "ptxas_report", "probe",
            "BLOCK_SIZE"]

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad.caches import LRUCache, cache_size
-from funcgrad.debug import debug_level
 from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel, UnsupportedDtypeError
 from funcgrad.lower.render_c import WORK_GROUP, kernel_function_name, render_opencl
+from funcgrad.util.caches import LRUCache, cache_size
+from funcgrad.util.debug import debug_level
 
 __all__ = ["OpenCLDevice", "CLKernel", "KernelCompileError", "probe", "preferred"]
 

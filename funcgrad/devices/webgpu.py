@@ -27,8 +27,6 @@ from typing import Any
 import attrs
 import numpy as np
 
-from funcgrad.caches import LRUCache, cache_size
-from funcgrad.debug import debug_level
 from funcgrad.ir.core import ShapedArray
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.plan import run_on_host_arrays
@@ -40,6 +38,8 @@ from funcgrad.lower.render_wgsl import (
     render_wgsl,
     storage_dtype,
 )
+from funcgrad.util.caches import LRUCache, cache_size
+from funcgrad.util.debug import debug_level
 
 __all__ = ["WebGPUDevice", "WebGPUKernel", "WebGPUError", "probe", "MAX_WORKGROUPS_PER_DIMENSION"]
 

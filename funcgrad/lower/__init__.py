@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from funcgrad.caches import LRUCache, cache_size
+from funcgrad.util.caches import LRUCache, cache_size
 from funcgrad.ir.core import IR
 from funcgrad.lower.plan import Device, Plan, ReferenceDevice, compile_plan
 from funcgrad.lower.plan import run_ir as _run_ir_on

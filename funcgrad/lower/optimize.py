@@ -34,8 +34,6 @@ import attrs
 import ml_dtypes
 import numpy as np
 
-from funcgrad.caches import write_atomically
-from funcgrad.debug import debug_level
 from funcgrad.lower.kernel import OPT_ACTIONS, Kernel, Opt, dtype_class
 from funcgrad.lower.render_llvm import (
     MAX_ROW,
@@ -45,6 +43,8 @@ from funcgrad.lower.render_llvm import (
     partial_sum_split,
     reduce_outer,
 )
+from funcgrad.util.caches import write_atomically
+from funcgrad.util.debug import debug_level
 
 __all__ = ["heuristic_opts", "check_opts", "optimize", "beam_search", "cached_opts", "beam_cache_path"]
 

@@ -40,14 +40,15 @@ import attrs
 import numpy as np
 
 from funcgrad import nan_check
-from funcgrad.caches import LRUCache, cache_size, write_atomically
-from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Literal, Var
 from funcgrad.lower import pool
 from funcgrad.lower.fuse import fuse_siblings
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
 from funcgrad.lower.split_reductions import split_long_reductions
+from funcgrad.util.caches import LRUCache, cache_size, write_atomically
+from funcgrad.util.debug import debug_level
+from funcgrad.util.version import code_version
 
 
 class CompiledKernel(Protocol):
@@ -505,18 +506,6 @@ _SETTINGS_THAT_CHANGE_CODE = ("BEAM", "NOOPT")
 _SETTINGS_THAT_DO_NOT = ("FUNCGRAD_CACHE", "FUNCGRAD_DATA", "FUNCGRAD_PLAN_CACHE")
 MAX_PLAN_FILES = 4096  # plans kept on disk per folder (entries are ~10 KB to a few MB)
 TRIM_EVERY = 64  # plans stored between two checks of the folder's size (the first store checks)
-
-
-@functools.cache
-def code_version() -> str:
-    """funcgrad's version and a digest of its source files: a plan made by other code is stale
-    (the version number alone does not change when the scheduler does)."""
-    import funcgrad
-    root = Path(funcgrad.__file__).parent
-    digest = hashlib.sha256(funcgrad.__version__.encode())
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return f"{funcgrad.__version__}+{digest.hexdigest()[:16]}"
 
 
 def _boundary(ir: IR) -> list[Var]:

@@ -27,11 +27,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import funcgrad.numpy as fnp
-from funcgrad import tree
 from funcgrad.autograd import set_grad
 from funcgrad.ir import dtypes
 from funcgrad.lazy import LazyBuffer, realize
 from funcgrad.tensor import Tensor
+from funcgrad.util import tree
 
 Schedule = Callable[[Any], Tensor]
 LearningRate = float | Schedule

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad import tree
 from funcgrad.ir import dtypes
 from funcgrad.tensor import Tensor
+from funcgrad.util import tree
 
 __all__ = ["SafetensorsError", "StateDictError", "get_parameters", "get_state_dict", "load_state_dict",
            "safe_load", "safe_load_metadata", "safe_save"]

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad import tree
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR
 from funcgrad.tensor import Tensor, evaluate
@@ -25,6 +24,7 @@ from funcgrad.trace import argument_names, leaf_aval, trace_flat
 from funcgrad.transforms.jvp import is_differentiable, jvp_ir, zeros
 from funcgrad.transforms.partial_eval import partial_eval
 from funcgrad.transforms.transpose import transpose_ir
+from funcgrad.util import tree
 
 
 def as_tensor(value: Any) -> Tensor:

@@ -138,9 +138,9 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
     """
     import functools
 
-    from funcgrad import tree
     from funcgrad.trace import leaf_aval, trace_flat
     from funcgrad.transforms.ad import as_tensor
+    from funcgrad.util import tree
 
     @functools.wraps(fn)
     def batched(*args: Any) -> Any:

@@ -16,7 +16,6 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from funcgrad import tree
 from funcgrad.ir.core import IR, Eqn, ShapedArray
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
 from funcgrad.ir.primitives import stop_gradient_p
@@ -29,6 +28,7 @@ from funcgrad.transforms.jit import call_batch_rule
 from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
 from funcgrad.transforms.transpose import backward_pass, is_undefined, transpose_rules
+from funcgrad.util import tree
 
 
 class _Named:

@@ -39,12 +39,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from funcgrad import config as _config
 from funcgrad import lazy, tree
 from funcgrad.autograd import recording_grad_writes
-from funcgrad.caches import LRUCache, cache_size
-from funcgrad.config import environment_get
-from funcgrad.debug import debug_level
 from funcgrad.ir.core import IR, Eqn, Var
 from funcgrad.ir.higher_order import jit_p, open_ir
 from funcgrad.ir.simplify import simplify
@@ -57,6 +53,10 @@ from funcgrad.transforms.batching import batch_rules, vmap_ir
 from funcgrad.transforms.jvp import instantiate, jvp_ir, jvp_rules
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
 from funcgrad.transforms.transpose import is_undefined, transpose_ir, transpose_rules
+from funcgrad.util import config as _config
+from funcgrad.util.caches import LRUCache, cache_size
+from funcgrad.util.config import environment_get
+from funcgrad.util.debug import debug_level
 
 
 class WriteBack(NamedTuple):
