@@ -146,7 +146,7 @@ def test_empty_is_a_realized_buffer_of_the_full_shape_outside_a_trace():
     a = Tensor.empty(3, 5, dtype="int16")
     assert a.shape == (3, 5) and a.dtype == np.int16
     assert a._data.realized and a._data.array.shape == (3, 5)  # memory, not a broadcast scalar
-    assert fnp.empty_like(a, dtype="float16")._data.array.shape == (3, 5)
+    assert fnp.empty(4)._data.realized and fnp.empty((2, 2), dtype="float16").dtype == np.float16
     assert a.schedule() == [] and (a + 1).schedule()[0].kernel.in_avals[0].shape == (3, 5)
     # under a trace there is no buffer to give: zeros, as jax.numpy.empty
     assert fg.jit(lambda x: fnp.empty((2,)) + x)(Tensor([1.0, 2.0])).tolist() == [1.0, 2.0]

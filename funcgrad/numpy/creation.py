@@ -98,8 +98,9 @@ def ones_like(x: ArrayLike, /, *, dtype: Any = None, device: str | None = None) 
 
 
 def empty_like(x: ArrayLike, /, *, dtype: Any = None, device: str | None = None) -> Tensor:
-    x = asarray(x)
-    return empty(x.shape, dtype=x.dtype if dtype is None else dtype)
+    """Zeros of ``x``'s shape, as ``jax.numpy.empty_like``: a function of ``x`` whose transforms
+    (vmap, grad) must agree with running it in a loop, which unspecified contents would not."""
+    return zeros_like(x, dtype=dtype)
 
 
 def _concrete_number(value: Any, name: str, fn: str) -> int | float:
