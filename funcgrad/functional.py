@@ -1,6 +1,10 @@
-"""funcgrad.nn.functional: convolution, pooling, norms, activations, losses and attention as pure
-functions (PyTorch's ``torch.nn.functional`` names, argument orders and layouts: NCHW inputs, OIHW
-weights, (out, in) linear weights).
+"""funcgrad.functional: convolution, pooling, norms, activations, dropout, losses and attention as
+pure functions on arrays (PyTorch's ``torch.nn.functional`` names, argument orders and layouts:
+NCHW inputs, OIHW weights, (out, in) linear weights).
+
+Like ``jax.nn`` it is part of the array front, below the training layer: the Tensor methods
+(``x.conv2d``, ``x.relu``, ...) call it, and ``funcgrad.nn.functional`` (the name users import,
+``import funcgrad.nn.functional as F``) re-exports it for the layers of ``funcgrad.nn``.
 
 Everything here is a composition of ``funcgrad.numpy`` operations (and the convolution primitive), so
 it works eagerly on lazy Tensors and under ``jit``, ``grad``, ``vmap`` and ``jvp`` without rules of its own.
@@ -15,7 +19,7 @@ pooling is one reduction. When windows do not overlap (stride >= kernel, e.g. 2x
 reshape is enough.
 
 >>> import funcgrad as fg
->>> from funcgrad.nn import functional as F
+>>> from funcgrad import functional as F
 >>> F.conv2d(fg.Tensor.ones(1, 1, 4, 4), fg.Tensor.ones(1, 1, 3, 3)).tolist()
 [[[[9.0, 9.0], [9.0, 9.0]]]]
 """
