@@ -35,7 +35,7 @@ import numpy as np
 import funcgrad.numpy as fnp
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
-from funcgrad.numpy.reductions import normalize_axis
+from funcgrad.numpy.conversion import normalize_axis
 from funcgrad.tensor import Tensor, bind
 
 __all__ = ["PRNGKey", "bernoulli", "bits", "categorical", "choice", "erfinv", "exponential", "fold_in",

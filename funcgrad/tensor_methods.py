@@ -227,15 +227,15 @@ class TensorMethods:
 
     def sparse_categorical_crossentropy(self, labels: Any, ignore_index: int = -1,
                                         label_smoothing: builtins.float = 0.0) -> Tensor:
-        """Mean cross-entropy of logits ``self`` (..., C) against integer ``labels`` (...) (nn.functional's)."""
-        from funcgrad.nn import functional as F
+        """Mean cross-entropy of logits ``self`` (..., C) against integer ``labels`` (...) (funcgrad.functional's)."""
+        from funcgrad import functional as F
         return F.sparse_categorical_crossentropy(self, labels, ignore_index, label_smoothing)
 
-    # --- tinygrad's nn methods, delegating to funcgrad.nn.functional ---------------------------------
+    # --- tinygrad's nn methods, delegating to funcgrad.functional ------------------------------------
     def conv2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: Any = 1, dilation: Any = 1,
                padding: Any = 0) -> Tensor:
-        """tinygrad's argument order; see ``nn.functional.conv2d``."""
-        from funcgrad.nn import functional as F
+        """tinygrad's argument order; see ``funcgrad.functional.conv2d``."""
+        from funcgrad import functional as F
         return F.conv2d(self, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
     def sequential(self, layers: Sequence[Any]) -> Tensor:
@@ -246,26 +246,26 @@ class TensorMethods:
         return result
 
     def max_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0) -> Tensor:
-        from funcgrad.nn import functional as F
+        from funcgrad import functional as F
         return F.max_pool2d(self, kernel_size, stride, padding, dilation)
 
     def avg_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, padding: Any = 0,
                    count_include_pad: bool = True) -> Tensor:
-        from funcgrad.nn import functional as F
+        from funcgrad import functional as F
         return F.avg_pool2d(self, kernel_size, stride, padding, count_include_pad)
 
     def linear(self, weight: Any, bias: Any = None) -> Tensor:
-        """tinygrad's ``x.linear(w, b)``: ``x @ w + b`` with w of shape (in, out), unlike nn.functional.linear."""
+        """tinygrad's ``x.linear(w, b)``: ``x @ w + b`` with w of shape (in, out), unlike functional.linear."""
         out = fnp.matmul(self, weight)
         return out if bias is None else out + bias
 
     def gelu(self) -> Tensor:
         """tinygrad's GELU: the tanh approximation."""
-        from funcgrad.nn import functional as F
+        from funcgrad import functional as F
         return F.gelu(self, approximate="tanh")
 
     def silu(self) -> Tensor:
-        from funcgrad.nn import functional as F
+        from funcgrad import functional as F
         return F.silu(self)
 
     def layernorm(self, axis: Any = -1, eps: builtins.float = 1e-5) -> Tensor:
@@ -285,16 +285,16 @@ class TensorMethods:
 
     def dropout(self, p: builtins.float = 0.5) -> Tensor:
         """tinygrad's dropout: active only in ``Tensor.train()`` mode, drawing from the global key."""
+        from funcgrad import functional as F
         from funcgrad.autograd import is_training
-        from funcgrad.nn import functional as F
         return F.dropout(self, p, training=is_training())
 
     def binary_crossentropy(self, y: Any, reduction: str = "mean") -> Tensor:
-        from funcgrad.nn import functional as F
+        from funcgrad import functional as F
         return F.binary_crossentropy(self, y, reduction)
 
     def binary_crossentropy_logits(self, y: Any, reduction: str = "mean") -> Tensor:
-        from funcgrad.nn import functional as F
+        from funcgrad import functional as F
         return F.binary_crossentropy_with_logits(self, y, reduction)
 
     def square(self) -> Tensor:

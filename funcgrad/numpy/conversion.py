@@ -1,9 +1,14 @@
-"""Turning user values into Tensors: ``asarray``, dtype promotion and broadcasting.
+"""Turning user values into Tensors: ``asarray``, dtype promotion, broadcasting and axis arguments.
 
 Every function of ``funcgrad.numpy`` starts here. ``promote`` applies JAX's promotion lattice with
 weakly typed Python scalars (``x_f16 * 2.0`` stays float16); ``broadcast_arrays`` follows NumPy's
 broadcasting rules and inserts explicit ``broadcast_in_dim`` equations; ``apply_elementwise``
 combines both and binds an elementwise primitive. Python scalars reach the IR as inline literals.
+``normalize_axis``/``normalize_axes`` check the ``axis`` arguments of every module.
+
+This is the bottom of the package, whose modules import one another in one order: conversion,
+elementwise, creation, manipulation, reductions, searching, then indexing and linalg, each only from
+those before it (no cycles, no imports inside functions needed).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from funcgrad.tensor import Tensor, bind
 
 _PY_SCALARS = (bool, int, float)
 ArrayLike = Any  # Tensor | np.ndarray | bool | int | float | nested sequences
+Axis = int | Sequence[int] | None
 
 
 def asarray(obj: ArrayLike, dtype: Any = None, *, copy: bool | None = None,
@@ -37,9 +43,17 @@ def asarray(obj: ArrayLike, dtype: Any = None, *, copy: bool | None = None,
     if isinstance(obj, _PY_SCALARS) and not isinstance(obj, np.generic) and dtype is None:
         return scalar_tensor(obj)
     if isinstance(obj, (list, tuple)) and any(isinstance(o, Tensor) for o in _flat_items(obj)):
-        from funcgrad.numpy.manipulation import stack
-        return stack([asarray(o, dtype) for o in obj])
+        return _stack_rows([asarray(o, dtype) for o in obj])
     return Tensor(obj, dtype=dtype)
+
+
+def _stack_rows(rows: list[Tensor]) -> Tensor:
+    """``manipulation.stack(rows)`` (axis 0): the same check and equations (a leading size-1 axis on
+    each row, promotion, one concatenate), written out here because manipulation builds on this module."""
+    if len({row.shape for row in rows}) != 1:
+        raise ValueError(f"stack needs arrays of one shape, got {[row.shape for row in rows]}")
+    values, _, _ = promote(*(bind(P.reshape_p, row, new_sizes=(1,) + row.shape) for row in rows))
+    return values[0] if len(values) == 1 else bind(P.concatenate_p, *values, axis=0)
 
 
 def _flat_items(obj: Any) -> list[Any]:
@@ -149,6 +163,30 @@ def promote(*args: ArrayLike) -> tuple[list[Any], np.dtype, bool]:
         else:
             values.append(_to_numpy_scalar(a, dtype))
     return values, dtype, weak
+
+
+def normalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
+    """A non-negative axis, or a ``ValueError`` naming the rank. >>> normalize_axis(-1, 3)  # 2"""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(axis).__name__}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name} {axis} is out of bounds for an array of rank {ndim}")
+    return int(axis) % ndim
+
+
+def normalize_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axes: tuple[Any, ...] = (axis,)
+    elif isinstance(axis, (tuple, list, range, np.ndarray)):
+        axes = tuple(axis)
+    else:
+        raise TypeError(f"axis must be an integer, a tuple of integers or None, got {axis!r}")
+    normalized = tuple(normalize_axis(a, ndim) for a in axes)
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"repeated axis in {axis}")
+    return normalized
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:

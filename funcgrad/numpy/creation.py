@@ -17,7 +17,8 @@ import numpy as np
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.tracing import current_builder
-from funcgrad.numpy.conversion import ArrayLike, _to_numpy_scalar, asarray, astype, broadcast_to
+from funcgrad.numpy.conversion import ArrayLike, _to_numpy_scalar, asarray, astype, broadcast_to, promote
+from funcgrad.numpy.elementwise import add, divide, floor, multiply, subtract, where
 from funcgrad.tensor import Tensor, bind
 
 Shape = int | Sequence[int]
@@ -164,7 +165,6 @@ def linspace(start: float, stop: float, /, num: int, *, dtype: Any = None, devic
     >>> linspace(0, 1, 5).tolist()
     [0.0, 0.25, 0.5, 0.75, 1.0]
     """
-    from funcgrad.numpy.elementwise import add, divide, floor, multiply, subtract, where
     count = _concrete_number(num, "num", "linspace")
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)):
         raise TypeError(f"linspace: num must be an integer, got {count!r}")
@@ -222,7 +222,6 @@ def _triangle_mask(x: Tensor, k: int, lower: bool) -> Tensor:
 
 
 def _triangle(x: ArrayLike, k: int, lower: bool, name: str) -> Tensor:
-    from funcgrad.numpy.elementwise import where
     x = asarray(x)
     if x.ndim < 2:
         raise ValueError(f"{name} needs an array of rank >= 2, got shape {x.shape}")
@@ -259,7 +258,6 @@ def meshgrid(*arrays: ArrayLike, indexing: str = "xy", sparse: bool = False) -> 
         if t.ndim != 1:
             raise ValueError(f"meshgrid takes 1-d arrays, got shapes {[t.shape for t in tensors]}")
     if len(tensors) > 1:
-        from funcgrad.numpy.conversion import promote
         promoted, _, _ = promote(*tensors)
         tensors = list(promoted)
     sizes = [t.shape[0] for t in tensors]
@@ -281,7 +279,6 @@ def diag(v: ArrayLike, /, k: int = 0) -> Tensor:
     >>> diag(asarray([1, 2])).tolist()
     [[1, 0], [0, 2]]
     """
-    from funcgrad.numpy.elementwise import where
     v = asarray(v)
     k = int(_concrete_number(k, "k", "diag"))
     if v.ndim == 2:

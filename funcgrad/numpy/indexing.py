@@ -36,6 +36,7 @@ from funcgrad.numpy.conversion import (
     astype,
     broadcast_shapes,
     broadcast_to,
+    normalize_axis,
     promote,
 )
 from funcgrad.numpy.elementwise import (
@@ -51,7 +52,6 @@ from funcgrad.numpy.elementwise import (
     where,
 )
 from funcgrad.numpy.manipulation import permute_dims, ravel, reshape, stack
-from funcgrad.numpy.reductions import normalize_axis
 from funcgrad.tensor import Tensor, bind
 
 __all__ = ["take", "take_along_axis", "put_along_axis", "select", "compress", "choose", "ix_",

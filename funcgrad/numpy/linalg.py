@@ -19,13 +19,21 @@ import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
-from funcgrad.numpy.conversion import ArrayLike, asarray, astype, broadcast_shapes, broadcast_to, promote
+from funcgrad.numpy.conversion import (
+    ArrayLike,
+    asarray,
+    astype,
+    broadcast_shapes,
+    broadcast_to,
+    normalize_axes,
+    normalize_axis,
+    promote,
+)
 from funcgrad.numpy.elementwise import abs as abs_
 from funcgrad.numpy.elementwise import multiply, not_equal, power, sqrt, where
 from funcgrad.numpy.manipulation import concat, moveaxis, permute_dims, ravel, reshape
 from funcgrad.numpy.reductions import max as max_
 from funcgrad.numpy.reductions import min as min_
-from funcgrad.numpy.reductions import normalize_axes, normalize_axis
 from funcgrad.numpy.reductions import sum as sum_
 from funcgrad.tensor import Tensor, bind
 

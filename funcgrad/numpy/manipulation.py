@@ -24,9 +24,11 @@ from funcgrad.numpy.conversion import (
     astype,
     broadcast_arrays,
     broadcast_to,
+    normalize_axes,
+    normalize_axis,
     promote,
 )
-from funcgrad.numpy.reductions import normalize_axes, normalize_axis
+from funcgrad.numpy.elementwise import remainder, subtract
 from funcgrad.tensor import Tensor, bind
 
 __all__ = ["reshape", "permute_dims", "transpose", "matrix_transpose", "expand_dims", "squeeze", "concat",
@@ -303,7 +305,6 @@ def _roll_one_axis(x: Tensor, shift: Any, axis: int) -> Tensor:
     if n == 0:
         return x
     if isinstance(shift, Tensor):  # traced: read a window of x concatenated with itself
-        from funcgrad.numpy.elementwise import remainder, subtract
         start = astype(remainder(subtract(n, remainder(shift, n)), n), dtypes.int32)
         zero = np.int32(0)
         doubled = concat([x, x], axis=axis)

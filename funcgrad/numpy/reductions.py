@@ -1,53 +1,50 @@
 """Reductions and statistics: sum, prod, max, min, mean, var, std, all, any, argmax, argmin,
-cumulative sums and products, order statistics (median, quantile), NaN-ignoring forms and diff.
+cumulative sums and products, NaN-ignoring forms and diff.
 
 Each reduction normalises ``axis`` (None, an int or a tuple, negatives allowed), binds one
 reduction primitive over those axes, and restores them as size-1 axes when ``keepdims``.
 ``sum`` and ``prod`` accumulate small integers in the default integer type and bools as int32,
 as the Array API and JAX do; ``mean``/``var``/``std`` of integers give the default float.
-``median``/``quantile``/``percentile`` sort along the reduced axes (``searching.sort``) and gather
-the neighbouring order statistics, so they trace like everything else.
+The order statistics built on sorting (``median``, ``quantile``, ``percentile``) are in
+``searching``, above this module.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
-from funcgrad.numpy.conversion import ArrayLike, asarray, astype
-from funcgrad.numpy.elementwise import divide, multiply, sqrt, subtract
+from funcgrad.numpy.conversion import (
+    ArrayLike,
+    Axis,
+    asarray,
+    astype,
+    broadcast_to,
+    normalize_axes,
+    normalize_axis,
+    result_type,
+)
+from funcgrad.numpy.creation import full_like
+from funcgrad.numpy.elementwise import (
+    add,
+    divide,
+    exp,
+    isfinite,
+    isnan,
+    log,
+    logical_not,
+    multiply,
+    not_equal,
+    sqrt,
+    subtract,
+    where,
+)
+from funcgrad.numpy.manipulation import concat
 from funcgrad.tensor import Tensor, bind
-
-Axis = int | Sequence[int] | None
-
-
-def normalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
-    """A non-negative axis, or a ``ValueError`` naming the rank. >>> normalize_axis(-1, 3)  # 2"""
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(axis).__name__}")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{name} {axis} is out of bounds for an array of rank {ndim}")
-    return int(axis) % ndim
-
-
-def normalize_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
-    if axis is None:
-        return tuple(range(ndim))
-    if isinstance(axis, (int, np.integer)):
-        axes: tuple[Any, ...] = (axis,)
-    elif isinstance(axis, (tuple, list, range, np.ndarray)):
-        axes = tuple(axis)
-    else:
-        raise TypeError(f"axis must be an integer, a tuple of integers or None, got {axis!r}")
-    normalized = tuple(normalize_axis(a, ndim) for a in axes)
-    if len(set(normalized)) != len(normalized):
-        raise ValueError(f"repeated axis in {axis}")
-    return normalized
 
 
 def _keepdims_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -111,7 +108,6 @@ amax, amin = max, min
 
 
 def _as_bool(x: Tensor) -> Tensor:
-    from funcgrad.numpy.elementwise import not_equal
     return x if dtypes.is_bool(x.dtype) else not_equal(x, 0)
 
 
@@ -182,7 +178,6 @@ def argmin(x: ArrayLike, /, *, axis: int | None = None, keepdims: bool = False) 
 
 def logsumexp(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """log(sum(exp(x))) computed stably (the max is subtracted first)."""
-    from funcgrad.numpy.elementwise import add, exp, isfinite, log, where
     x = _float_input(x, None)
     peak = max(x, axis=axis, keepdims=True)
     # a constant for differentiation: it cancels out (the gradient is the softmax either way), and
@@ -294,11 +289,10 @@ def average(a: ArrayLike, axis: Axis = None, weights: ArrayLike | None = None, r
     >>> average(asarray([1.0, 3.0]), weights=asarray([3.0, 1.0])).item()
     1.5
     """
-    from funcgrad.numpy.conversion import broadcast_to, result_type
     x = asarray(a)
     if weights is None:
         out = mean(x, axis=axis, keepdims=keepdims)
-        return (out, _full_like(out, float(_count(x, axis)))) if returned else out
+        return (out, full_like(out, float(_count(x, axis)))) if returned else out
     w = asarray(weights)
     dtype = result_type(x, w)
     dtype = dtype if dtypes.is_float(dtype) else dtypes.default_float
@@ -318,105 +312,16 @@ def average(a: ArrayLike, axis: Axis = None, weights: ArrayLike | None = None, r
     return (out, total_weight) if returned else out
 
 
-def _full_like(x: Tensor, value: float) -> Tensor:
-    from funcgrad.numpy.creation import full_like
-    return full_like(x, value)
-
-
 def ptp(x: ArrayLike, /, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Peak to peak: ``max - min`` over ``axis``. >>> ptp(asarray([4, 1, 7])).item()  # 6"""
     x = asarray(x)
     return subtract(max(x, axis=axis, keepdims=keepdims), min(x, axis=axis, keepdims=keepdims))
 
 
-# --- order statistics (built on sort) ----------------------------------------------------------
-
-_QUANTILE_METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
-
-
-def _reduced_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
-    """Move ``axes`` to the end and merge them into one axis."""
-    from funcgrad.numpy.manipulation import permute_dims, reshape
-    kept = [i for i in range(x.ndim) if i not in axes]
-    moved = permute_dims(x, kept + list(axes))
-    return reshape(moved, tuple(x.shape[i] for i in kept) + (_count(x, axes),))
-
-
-def quantile(a: ArrayLike, q: ArrayLike, /, axis: Axis = None, *, method: str = "linear",
-             keepdims: bool = False) -> Tensor:
-    """The ``q``-th quantiles (``q`` in [0, 1], a scalar or an array) over ``axis``, from a sort.
-
-    The result has shape ``q.shape`` followed by the reduced shape, as NumPy. Methods: linear
-    (default), lower, higher, nearest, midpoint. NaN anywhere along the axis gives NaN.
-    >>> quantile(asarray([1.0, 2.0, 3.0, 4.0]), 0.5).item()
-    2.5
-    """
-    from funcgrad.numpy.elementwise import add, ceil, floor, isnan, round, where
-    from funcgrad.numpy.searching import sort
-    if method not in _QUANTILE_METHODS:
-        raise ValueError(f"quantile: unknown method {method!r}; expected one of {_QUANTILE_METHODS}")
-    x = _float_input(a, None)
-    q = asarray(q)
-    if dtypes.is_bool(q.dtype) or not (dtypes.is_float(q.dtype) or dtypes.is_int(q.dtype)):
-        raise TypeError(f"quantile: q must be numeric, got {q.dtype.name}")
-    if not q.is_traced and not bool(np.all((q.numpy() >= 0) & (q.numpy() <= 1))):
-        raise ValueError(f"quantile: q must lie in [0, 1], got {q.numpy()}")
-    axes = normalize_axes(axis, x.ndim)
-    n = _count(x, axes)
-    if n == 0:
-        raise ValueError(f"quantile of an empty axis (shape {x.shape}, axis {axis}) has no answer")
-    ordered = sort(_reduced_axes_last(x, axes), axis=-1)
-    last = ordered.ndim - 1
-    position = multiply(astype(q, dtypes.float32), float(n - 1))
-    if method == "nearest":
-        low = high = round(position)  # half to even, as NumPy
-    else:
-        low, high = floor(position), ceil(position)
-        if method == "lower":
-            high = low
-        elif method == "higher":
-            low = high
-
-    def take(index: Tensor) -> Tensor:
-        indices = bind(P.reshape_p, astype(index, dtypes.int32), new_sizes=q.shape + (1,))
-        return bind(P.gather_p, ordered, indices, axes=(last,))
-
-    low_value, high_value = take(low), take(high)
-    batch_ones = (1,) * (ordered.ndim - 1)
-    if method == "midpoint":
-        out = multiply(add(low_value, high_value), 0.5)
-    else:
-        fraction = astype(bind(P.reshape_p, subtract(position, low), new_sizes=q.shape + batch_ones), x.dtype)
-        out = add(low_value, multiply(subtract(high_value, low_value), fraction))
-    has_nan = any(isnan(ordered), axis=-1)
-    out = where(has_nan, np.nan, out)
-    out_shape = q.shape + (_keepdims_shape(x.shape, axes) if keepdims
-                           else tuple(d for i, d in enumerate(x.shape) if i not in axes))
-    return bind(P.reshape_p, out, new_sizes=out_shape) if out.shape != out_shape else out
-
-
-def percentile(a: ArrayLike, q: ArrayLike, /, axis: Axis = None, *, method: str = "linear",
-               keepdims: bool = False) -> Tensor:
-    """The ``q``-th percentiles (``q`` in [0, 100]); see ``quantile``."""
-    q = asarray(q)
-    q = divide(q, 100.0) if dtypes.is_float(q.dtype) else divide(astype(q, dtypes.float32), 100.0)
-    return quantile(a, q, axis=axis, method=method, keepdims=keepdims)
-
-
-def median(a: ArrayLike, /, axis: Axis = None, *, keepdims: bool = False) -> Tensor:
-    """The middle value (mean of the two middle ones for even counts).
-
-    >>> median(asarray([3, 1, 2])).item()
-    2.0
-    """
-    return quantile(a, 0.5, axis=axis, keepdims=keepdims)
-
-
 # --- NaN-ignoring reductions -------------------------------------------------------------------
 
 
 def _nan_filled(x: Tensor, fill: float) -> Tensor:
-    from funcgrad.numpy.elementwise import isnan, where
     return where(isnan(x), fill, x) if dtypes.is_float(x.dtype) else x
 
 
@@ -427,14 +332,12 @@ def nansum(a: ArrayLike, /, axis: Axis = None, dtype: Any = None, keepdims: bool
 
 def nanmean(a: ArrayLike, /, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
     """Mean of the non-NaN elements (NaN where there are none)."""
-    from funcgrad.numpy.elementwise import isnan, logical_not
     x = _float_input(a, dtype)
     count = sum(astype(logical_not(isnan(x)), x.dtype), axis=axis, keepdims=keepdims)
     return divide(nansum(x, axis=axis, keepdims=keepdims), count)
 
 
 def _nan_extremum(reduce: Any, fill: float, a: ArrayLike, axis: Axis, keepdims: bool) -> Tensor:
-    from funcgrad.numpy.elementwise import isnan, where
     x = asarray(a)
     if not dtypes.is_float(x.dtype):
         return reduce(x, axis=axis, keepdims=keepdims)
@@ -467,9 +370,6 @@ def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = N
     >>> diff(asarray([1, 4, 9])).tolist()
     [3, 5]
     """
-    from funcgrad.numpy.conversion import broadcast_to
-    from funcgrad.numpy.elementwise import not_equal
-    from funcgrad.numpy.manipulation import concat
     x = asarray(a)
     if x.ndim == 0:
         raise ValueError("diff needs an array of rank >= 1, got a 0-d array")
@@ -497,6 +397,5 @@ def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = N
 __all__ = [
     "all", "amax", "amin", "any", "argmax", "argmin", "average", "count_nonzero", "cummax", "cummin",
     "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "diff", "logsumexp", "max", "mean",
-    "median", "min", "nanmax", "nanmean", "nanmin", "nansum",
-    "percentile", "prod", "ptp", "quantile", "std", "sum", "var",
+    "min", "nanmax", "nanmean", "nanmin", "nansum", "prod", "ptp", "std", "sum", "var",
 ]

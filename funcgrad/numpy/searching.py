@@ -1,4 +1,5 @@
-"""Sorting and searching: sort, argsort, top_k, searchsorted, isin, nonzero, argwhere and unique.
+"""Sorting and searching: sort, argsort, top_k, searchsorted, isin, nonzero, argwhere, unique, and
+the order statistics built on sort (median, quantile, percentile).
 
 ``sort``/``argsort``/``top_k`` bind the ``sort`` primitive (stable, NaN last ascending and first
 descending); ``argsort`` sorts the pair (x, iota) by x and keeps the permuted iota.
@@ -9,6 +10,9 @@ memory) and count or reduce the matches: no data-dependent shapes, so they trace
 Without ``size=`` they realize the array and compute with NumPy, so under tracing they raise
 ``ConcretizationError``. With ``size=`` (as in JAX) they are compositions of sort, cumsum and
 gather, fill missing entries with ``fill_value`` and trace like everything else.
+
+``median``/``quantile``/``percentile`` sort along the reduced axes and gather the neighbouring order
+statistics, so they trace like everything else.
 """
 
 from __future__ import annotations
@@ -20,28 +24,44 @@ import numpy as np
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.tracing import ConcretizationError
-from funcgrad.numpy.conversion import ArrayLike, asarray, astype, broadcast_to, promote
+from funcgrad.numpy.conversion import (
+    ArrayLike,
+    Axis,
+    asarray,
+    astype,
+    broadcast_to,
+    normalize_axes,
+    normalize_axis,
+    promote,
+)
 from funcgrad.numpy.elementwise import (
+    add,
+    ceil,
+    divide,
     equal,
+    floor,
     floor_divide,
     isnan,
     less,
     logical_and,
     logical_not,
     logical_or,
+    multiply,
     not_equal,
     remainder,
+    round,
     subtract,
     where,
 )
-from funcgrad.numpy.manipulation import expand_dims, ravel, reshape, stack
+from funcgrad.numpy.manipulation import expand_dims, permute_dims, ravel, reshape, stack
+from funcgrad.numpy.reductions import _count, _float_input, _keepdims_shape, cumsum
 from funcgrad.numpy.reductions import any as any_
-from funcgrad.numpy.reductions import cumsum, normalize_axis
 from funcgrad.numpy.reductions import sum as sum_
 from funcgrad.tensor import Tensor, bind
 
 __all__ = ["sort", "argsort", "top_k", "searchsorted", "isin", "nonzero", "argwhere", "flatnonzero",
-           "unique", "unique_values", "unique_counts", "unique_inverse", "unique_all",
+           "median", "percentile", "quantile", "unique", "unique_values", "unique_counts", "unique_inverse",
+           "unique_all",
            "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult"]
 
 _INDEX = dtypes.default_int
@@ -385,3 +405,83 @@ def unique(ar: ArrayLike, return_index: bool = False, return_inverse: bool = Fal
         parts = [asarray(outs[0].astype(array.dtype), array.dtype)]
         parts += [asarray(np.asarray(o).reshape(-1).astype(np.int32)) for o in outs[1:]]
     return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+# --- order statistics (built on sort) ----------------------------------------------------------
+
+_QUANTILE_METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+
+
+def _reduced_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """Move ``axes`` to the end and merge them into one axis."""
+    kept = [i for i in range(x.ndim) if i not in axes]
+    moved = permute_dims(x, kept + list(axes))
+    return reshape(moved, tuple(x.shape[i] for i in kept) + (_count(x, axes),))
+
+
+def quantile(a: ArrayLike, q: ArrayLike, /, axis: Axis = None, *, method: str = "linear",
+             keepdims: bool = False) -> Tensor:
+    """The ``q``-th quantiles (``q`` in [0, 1], a scalar or an array) over ``axis``, from a sort.
+
+    The result has shape ``q.shape`` followed by the reduced shape, as NumPy. Methods: linear
+    (default), lower, higher, nearest, midpoint. NaN anywhere along the axis gives NaN.
+    >>> quantile(asarray([1.0, 2.0, 3.0, 4.0]), 0.5).item()
+    2.5
+    """
+    if method not in _QUANTILE_METHODS:
+        raise ValueError(f"quantile: unknown method {method!r}; expected one of {_QUANTILE_METHODS}")
+    x = _float_input(a, None)
+    q = asarray(q)
+    if dtypes.is_bool(q.dtype) or not (dtypes.is_float(q.dtype) or dtypes.is_int(q.dtype)):
+        raise TypeError(f"quantile: q must be numeric, got {q.dtype.name}")
+    if not q.is_traced and not bool(np.all((q.numpy() >= 0) & (q.numpy() <= 1))):
+        raise ValueError(f"quantile: q must lie in [0, 1], got {q.numpy()}")
+    axes = normalize_axes(axis, x.ndim)
+    n = _count(x, axes)
+    if n == 0:
+        raise ValueError(f"quantile of an empty axis (shape {x.shape}, axis {axis}) has no answer")
+    ordered = sort(_reduced_axes_last(x, axes), axis=-1)
+    last = ordered.ndim - 1
+    position = multiply(astype(q, dtypes.float32), float(n - 1))
+    if method == "nearest":
+        low = high = round(position)  # half to even, as NumPy
+    else:
+        low, high = floor(position), ceil(position)
+        if method == "lower":
+            high = low
+        elif method == "higher":
+            low = high
+
+    def take(index: Tensor) -> Tensor:
+        indices = bind(P.reshape_p, astype(index, dtypes.int32), new_sizes=q.shape + (1,))
+        return bind(P.gather_p, ordered, indices, axes=(last,))
+
+    low_value, high_value = take(low), take(high)
+    batch_ones = (1,) * (ordered.ndim - 1)
+    if method == "midpoint":
+        out = multiply(add(low_value, high_value), 0.5)
+    else:
+        fraction = astype(bind(P.reshape_p, subtract(position, low), new_sizes=q.shape + batch_ones), x.dtype)
+        out = add(low_value, multiply(subtract(high_value, low_value), fraction))
+    has_nan = any_(isnan(ordered), axis=-1)
+    out = where(has_nan, np.nan, out)
+    out_shape = q.shape + (_keepdims_shape(x.shape, axes) if keepdims
+                           else tuple(d for i, d in enumerate(x.shape) if i not in axes))
+    return bind(P.reshape_p, out, new_sizes=out_shape) if out.shape != out_shape else out
+
+
+def percentile(a: ArrayLike, q: ArrayLike, /, axis: Axis = None, *, method: str = "linear",
+               keepdims: bool = False) -> Tensor:
+    """The ``q``-th percentiles (``q`` in [0, 100]); see ``quantile``."""
+    q = asarray(q)
+    q = divide(q, 100.0) if dtypes.is_float(q.dtype) else divide(astype(q, dtypes.float32), 100.0)
+    return quantile(a, q, axis=axis, method=method, keepdims=keepdims)
+
+
+def median(a: ArrayLike, /, axis: Axis = None, *, keepdims: bool = False) -> Tensor:
+    """The middle value (mean of the two middle ones for even counts).
+
+    >>> median(asarray([3, 1, 2])).item()
+    2.0
+    """
+    return quantile(a, 0.5, axis=axis, keepdims=keepdims)
