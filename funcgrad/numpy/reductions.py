@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import ArrayLike, asarray, astype
 from funcgrad.numpy.elementwise import divide, multiply, sqrt, subtract
-from funcgrad.tensor import Tensor, bind
 
 Axis = int | Sequence[int] | None
 

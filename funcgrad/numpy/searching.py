@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.tracing import ConcretizationError
@@ -38,7 +39,6 @@ from funcgrad.numpy.manipulation import expand_dims, ravel, reshape, stack
 from funcgrad.numpy.reductions import any as any_
 from funcgrad.numpy.reductions import cumsum, normalize_axis
 from funcgrad.numpy.reductions import sum as sum_
-from funcgrad.tensor import Tensor, bind
 
 __all__ = ["sort", "argsort", "top_k", "searchsorted", "isin", "nonzero", "argwhere", "flatnonzero",
            "unique", "unique_values", "unique_counts", "unique_inverse", "unique_all",

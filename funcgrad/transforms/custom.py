@@ -16,13 +16,13 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from funcgrad.core.tensor import Tensor, as_tensor, bind, evaluate
+from funcgrad.core.trace import trace_avals
 from funcgrad.ir.core import IR, Eqn, ShapedArray
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
 from funcgrad.ir.primitives import stop_gradient_p
 from funcgrad.ir.simplify import dce, simplify
-from funcgrad.tensor import Tensor, bind, evaluate
-from funcgrad.trace import trace_avals
-from funcgrad.transforms.ad import as_tensor, trace_function
+from funcgrad.transforms.ad import trace_function
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
 from funcgrad.transforms.jit import call_batch_rule
 from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
