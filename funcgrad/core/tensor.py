@@ -26,7 +26,7 @@ import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
-from funcgrad.ir.primitives import Primitive
+from funcgrad.ir.primitives import Primitive, convert_element_type_p
 from funcgrad.ir.tracing import ConcretizationError, IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.util import config as _config
 
@@ -175,7 +175,9 @@ class Tensor(_Methods):
     def __init__(self, data: Any, dtype: Any = None, device: str | None = None,
                  requires_grad: bool | None = None) -> None:
         if isinstance(data, Tensor):
-            source = data if dtype is None else data.astype(dtype)
+            source = data
+            if dtype is not None and data.dtype != dtypes.canonicalize(dtype):
+                source = bind(convert_element_type_p, data, new_dtype=dtypes.canonicalize(dtype))
             self._data: Buffer | Tracer = (source if device is None else source.to(device))._data
         else:
             placed = None if device is None else _eager.usable_device(device)
