@@ -10,20 +10,22 @@
 """
 
 from funcgrad.util import tree
+from funcgrad import lazy as _lazy  # registers the core's eager handler before anything computes a value
 from funcgrad import devices  # a package, callable as fg.devices() (see funcgrad/devices/__init__.py)
 from funcgrad.devices import Device, device_put
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, ShapedArray
 from funcgrad.ir.tracing import ConcretizationError, EscapedTracerError, TracerError
-from funcgrad.tensor import Array, Tensor
+from funcgrad.core.tensor import Array, Tensor
 from funcgrad import tensor_methods as _tensor_methods  # attaches operators and methods to Tensor
 from funcgrad import numpy
 from funcgrad import random
-from funcgrad.trace import make_ir
+from funcgrad.core.trace import make_ir
 from funcgrad.transforms import (
-    checkpoint, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, linearize, stop_gradient,
+    checkpoint, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient,
     value_and_grad, vjp, vmap,
 )
+from funcgrad.jit import jit
 from funcgrad import lax
 from funcgrad import nn
 from funcgrad import datasets

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, evaluate, grad_leaves
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Var
 from funcgrad.ir.tracing import IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.lazy import LazyBuffer, graph_to_ir, realize
-from funcgrad.tensor import Tensor, evaluate, grad_leaves
 
 _training = threading.local()  # .mode, per thread (as PyTorch's grad mode): threads' train() blocks never mix
 
@@ -76,6 +76,7 @@ def backward(loss: Tensor, gradient: Any = None) -> Tensor:
         raise ValueError(f"backward() without a gradient needs a scalar loss, got shape {loss.shape}")
     if isinstance(data, Tracer):
         return _traced_backward(loss, data, gradient)
+    assert isinstance(data, LazyBuffer)  # outside a trace every value is funcgrad.lazy's
     if data.realized:
         raise RuntimeError("backward() needs the computation that produced this Tensor, but its value was "
                            "already computed (by .item(), .numpy(), print, ...), which discards it; call "

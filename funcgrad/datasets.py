@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from funcgrad import random as fr
-from funcgrad.tensor import Tensor
+from funcgrad.core.tensor import Tensor
 
 __all__ = ["DataLoader", "DatasetError", "DatasetNotFoundError", "IDXError", "batches", "fashion_mnist", "mnist",
            "read_idx"]

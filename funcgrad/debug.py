@@ -26,9 +26,9 @@ def live_counts() -> dict[str, int]:
     from funcgrad import lower
     from funcgrad.devices import _INSTANCES
     from funcgrad.devices.cpu import LIVE_ENGINES
+    from funcgrad.jit import LIVE_JITTED
     from funcgrad.lazy import LazyBuffer
     from funcgrad.lower import plan
-    from funcgrad.transforms.jit import LIVE_JITTED
 
     gc.collect()
     buffers = [o for o in gc.get_objects() if type(o) is LazyBuffer]

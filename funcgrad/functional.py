@@ -34,10 +34,10 @@ import numpy as np
 
 import funcgrad.numpy as fnp
 from funcgrad import random
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import ArrayLike
-from funcgrad.tensor import Tensor, bind
 from funcgrad.transforms import custom_jvp
 
 __all__ = [

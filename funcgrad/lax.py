@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, as_tensor, bind
+from funcgrad.core.trace import leaf_aval, trace_flat
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.core import IR, ShapedArray, avals_str
 from funcgrad.ir.higher_order import cond_p, merge_consts, open_ir, scan_p, while_p
 from funcgrad.ir.primitives import select_p
-from funcgrad.tensor import Tensor, bind
-from funcgrad.trace import leaf_aval, trace_flat
-from funcgrad.transforms.ad import as_tensor
 from funcgrad.util import tree
 
 __all__ = ["cond", "conv_general_dilated", "fori_loop", "map", "scan", "select", "switch", "while_loop"]
@@ -111,8 +110,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
 
 
 def _bool_output(ir: IR) -> IR:
-    from funcgrad.tensor import evaluate
-    from funcgrad.trace import trace_avals
+    from funcgrad.core.tensor import evaluate
+    from funcgrad.core.trace import trace_avals
 
     def run(*args: Tensor) -> list[Tensor]:
         (out,) = evaluate(ir, *args)

@@ -6,6 +6,9 @@ asked for, turns it into an IR whose inputs are the already-realized buffers, an
 through a compiled plan on the buffers' device. Realized buffers forget their graph so memory is
 freed as soon as no Tensor needs it.
 
+This module is the core's eager handler: importing it registers ``LazyHandler`` with
+``funcgrad.core.tensor`` (the core never imports it), so ``bind`` outside a trace lands here.
+
 Placement: every buffer names its device. A buffer placed by the user (``Tensor(..., device=)``,
 ``Tensor.to``, ``fg.device_put``) is *committed*; one created without a device is not, and follows
 the committed operands it meets (as in JAX). An operation on buffers committed to different
@@ -21,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad.devices import Device
+from funcgrad.core.tensor import EagerHandler, register_eager_handler
+from funcgrad.devices import Device, canonical_name, get_device
 from funcgrad.ir.core import IR, Eqn, ShapedArray, Var
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.ir.primitives import Primitive
@@ -209,3 +213,37 @@ def _realize_jit_call(op: LazyOp, device: str) -> None:
             buffer.array = np.asarray(array)
             buffer.array.flags.writeable = False
             buffer.op = None
+
+
+def _usable_device(device: Any) -> str:
+    """The canonical name of ``device`` (a name, or a device object), after checking it can run here."""
+    name = canonical_name(device if isinstance(device, str) else getattr(device, "name", device))
+    get_device(name)  # raises DeviceUnavailableError listing the usable devices and the reason
+    return name
+
+
+def _moved(buffer: LazyBuffer, device: str) -> LazyBuffer:
+    """``buffer``'s value on ``device``, committed there (computed first if pending)."""
+    realize([buffer])
+    assert buffer.array is not None
+    return LazyBuffer(buffer.aval, array=buffer.array, device=device, committed=True)
+
+
+def _default_device() -> str:
+    return Device.DEFAULT
+
+
+class LazyHandler(EagerHandler):
+    """The core's eager handler (see ``funcgrad.core.tensor.EagerHandler``): the functions above,
+    as static methods so that ``bind`` calls them with no layer in between."""
+
+    # (the core hands back only buffers this handler made: LazyBuffers, narrower than its Buffer)
+    from_array = staticmethod(LazyBuffer.from_array)
+    pending = staticmethod(LazyBuffer.pending)  # type: ignore[assignment]
+    realize = staticmethod(realize)  # type: ignore[assignment]
+    default_device = staticmethod(_default_device)
+    usable_device = staticmethod(_usable_device)
+    move = staticmethod(_moved)  # type: ignore[assignment]
+
+
+register_eager_handler(LazyHandler())

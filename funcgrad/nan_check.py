@@ -2,7 +2,8 @@
 
 Two halves, both idle unless ``fg.config.debug_nans`` (``FUNCGRAD_DEBUG_NANS=1``) or ``debug_infs`` is on:
 
-* **Where each value was written.** ``bind`` calls ``record_sources`` for its outputs: the user's
+* **Where each value was written.** ``bind`` calls ``record_sources`` for its outputs (this module
+  registers it with the core, ``register_source_recorder``, when imported): the user's
   ``file:line`` (the innermost frame outside funcgrad and the standard library), kept in a weak side
   table keyed by the output ``Var`` (traced) or ``LazyBuffer`` (eager), so IRs compare as before.
   An equation that a transformation writes (jvp, transpose, vmap, re-evaluation) inherits the line
@@ -29,6 +30,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from funcgrad.core.tensor import register_source_recorder
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Eqn, Literal, Var
 from funcgrad.util.config import config, nonfinite_checks
@@ -97,6 +99,9 @@ def record_sources(outputs: Sequence[Any]) -> None:
         return
     for output in outputs:
         _SOURCES[getattr(output, "var", output)] = source  # a Tracer's Var, or the LazyBuffer itself
+
+
+register_source_recorder(record_sources)
 
 
 def carry_source(old: Any, new: Any) -> None:

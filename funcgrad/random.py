@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 import funcgrad.numpy as fnp
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import normalize_axis
-from funcgrad.tensor import Tensor, bind
 
 __all__ = ["PRNGKey", "bernoulli", "bits", "categorical", "choice", "erfinv", "exponential", "fold_in",
            "gumbel", "key", "laplace", "manual_seed", "next_key", "normal", "permutation", "randint",

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import funcgrad.numpy as fnp
+from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
-from funcgrad.tensor import Tensor
 
 
 def _shape_args(shape: tuple[Any, ...]) -> tuple[int, ...]:

@@ -20,10 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import funcgrad as fg
+from funcgrad.core.tensor import bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.primitives import REGISTRY
-from funcgrad.tensor import bind
 from funcgrad.transforms.jvp import jvp_rules
 from funcgrad.transforms.transpose import transpose_rules
 

@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import funcgrad as fg
+from funcgrad.core.tensor import bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.primitives import REGISTRY, Primitive
-from funcgrad.tensor import bind
 from funcgrad.transforms.batching import batch_rules
 from tests.conftest import check_both_modes
 

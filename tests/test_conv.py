@@ -137,15 +137,15 @@ def test_shape_rule_errors_name_the_problem(lhs_shape, rhs_shape, params, messag
     full = {"window_strides": (1, 1), "padding": ((0, 0), (0, 0)), "lhs_dilation": (1, 1), "rhs_dilation": (1, 1),
             "feature_group_count": 1, **params}
     with pytest.raises(ValueError, match=message):
-        fg.jit(lambda x, w: fg.tensor.bind(conv_general_dilated_p, x, w, **full))(
+        fg.jit(lambda x, w: fg.core.tensor.bind(conv_general_dilated_p, x, w, **full))(
             np.zeros(lhs_shape, np.float32), np.zeros(rhs_shape, np.float32))
 
 
 def test_operands_of_two_dtypes_are_refused():
     with pytest.raises(TypeError, match="one dtype"):
-        fg.tensor.bind(conv_general_dilated_p, fg.Tensor(np.zeros((1, 1, 3), np.float32)),
-                       fg.Tensor(np.zeros((1, 1, 2), np.int32)), window_strides=(1,), padding=((0, 0),),
-                       lhs_dilation=(1,), rhs_dilation=(1,), feature_group_count=1)
+        fg.core.tensor.bind(conv_general_dilated_p, fg.Tensor(np.zeros((1, 1, 3), np.float32)),
+                            fg.Tensor(np.zeros((1, 1, 2), np.int32)), window_strides=(1,), padding=((0, 0),),
+                            lhs_dilation=(1,), rhs_dilation=(1,), feature_group_count=1)
 
 
 # --- lax.conv_general_dilated -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""jit's fast path (``transforms/jit.py``: ``FastCall``) and the plan's lean replay (``lower/plan.py``).
+"""jit's fast path (``funcgrad/jit.py``: ``FastCall``) and the plan's lean replay (``lower/plan.py``).
 
 A call on positional Tensors whose signature was traced before replays the compiled plan at once,
 without building a lazy graph. These tests check that it gives the full path's results (NumPy as the
@@ -26,7 +26,7 @@ from funcgrad.lower import default_device, jit_plan
 from funcgrad.lower.plan import data_address
 from funcgrad.lower.schedule import HostStep
 
-jit_module = importlib.import_module("funcgrad.transforms.jit")  # the module (funcgrad.transforms.jit is the function)
+jit_module = importlib.import_module("funcgrad.jit")  # the module (funcgrad.jit is the function fg.jit)
 
 
 def _replays_here() -> bool:

@@ -23,7 +23,7 @@ from funcgrad.devices import cpu, get_device
 from funcgrad.lower import plan
 from funcgrad.util.caches import LRUCache, cache_size
 
-jit_module = importlib.import_module("funcgrad.transforms.jit")  # the module (funcgrad.transforms.jit is the function)
+jit_module = importlib.import_module("funcgrad.jit")  # the module (funcgrad.jit is the function fg.jit)
 
 # --- long runs ---------------------------------------------------------------------------------------
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 import funcgrad.random as fr
+from funcgrad.core.tensor import bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
-from funcgrad.tensor import bind
 from tests.conftest import assert_device_matches_reference, check_both_modes
 
 N = 100_000

@@ -214,8 +214,8 @@ def test_deep_lazy_graphs_realize_without_recursion_errors():
 
 
 def test_multiple_result_primitive_lazily():
+    from funcgrad.core.tensor import bind
     from funcgrad.ir import primitives as P
-    from funcgrad.tensor import bind
     keys, values = bind(P.sort_p, Tensor([3.0, 1.0, 2.0]), Tensor([0, 1, 2]), dimension=0, num_keys=1,
                         descending=False)
     assert values.tolist() == [1, 2, 0]

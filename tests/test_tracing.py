@@ -7,8 +7,8 @@ import pytest
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+from funcgrad.core.tensor import evaluate
 from funcgrad.ir.core import typecheck
-from funcgrad.tensor import evaluate
 
 
 def test_python_scalar_arguments_are_weakly_typed_inputs():

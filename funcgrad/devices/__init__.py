@@ -203,7 +203,7 @@ def device_put(x: Any, device: str | None = None) -> Any:
     'CPU'
     """
     from funcgrad.util import tree
-    from funcgrad.tensor import Tensor
+    from funcgrad.core.tensor import Tensor
     target = Device.DEFAULT if device is None else device
 
     def put(leaf: Any) -> Any:

@@ -16,8 +16,8 @@ from typing import Any
 
 import funcgrad.numpy as fnp
 from funcgrad import random
+from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
-from funcgrad.tensor import Tensor
 
 Shape = int | Sequence[int]
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import funcgrad.numpy as fnp
 from funcgrad import random
+from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
 from funcgrad.lazy import LazyBuffer, realize
 from funcgrad.nn import functional as F
 from funcgrad.nn import init
 from funcgrad.nn.module import Module
-from funcgrad.tensor import Tensor
 
 
 def _keys(key: Any, count: int) -> list[Any]:

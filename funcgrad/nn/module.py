@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad.autograd import is_training
-from funcgrad.tensor import Tensor
+from funcgrad.core.tensor import Tensor
 from funcgrad.util import tree
 
 _CHILD = object()  # stands in the layout for an attribute that is a child (its value is a subtree)

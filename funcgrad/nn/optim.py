@@ -8,7 +8,7 @@
   object (models keep their references) and does the same with the optimiser's state Tensors, then
   realizes them together, so graphs never grow across steps. An optimiser is a pytree (leaves: its
   parameters, state and step count), so a step that updates it in place can be jitted: jit writes
-  the swapped values back (see ``funcgrad.transforms.jit``).
+  the swapped values back (see ``funcgrad.jit``).
 
 Each algorithm is a ``Rule``: ``init(param) -> slots`` and ``apply(param, grad, slots, lr, step) ->
 (new_param, new_slots)`` for one parameter; both forms call it. ``lr`` is a float or a schedule
@@ -28,9 +28,9 @@ import numpy as np
 
 import funcgrad.numpy as fnp
 from funcgrad.autograd import set_grad
+from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
 from funcgrad.lazy import LazyBuffer, realize
-from funcgrad.tensor import Tensor
 from funcgrad.util import tree
 
 Schedule = Callable[[Any], Tensor]

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
-from funcgrad.tensor import Tensor
 from funcgrad.util import tree
 
 __all__ = ["SafetensorsError", "StateDictError", "get_parameters", "get_state_dict", "load_state_dict",

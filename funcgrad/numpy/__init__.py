@@ -24,7 +24,7 @@ from funcgrad.numpy.linalg import *  # noqa: F403
 from funcgrad.numpy.manipulation import *  # noqa: F403
 from funcgrad.numpy.reductions import *  # noqa: F403
 from funcgrad.numpy.searching import *  # noqa: F403
-from funcgrad.tensor import Array, Tensor
+from funcgrad.core.tensor import Array, Tensor
 
 array = asarray
 e, pi, inf, nan, newaxis = 2.718281828459045, 3.141592653589793, float("inf"), float("nan"), None

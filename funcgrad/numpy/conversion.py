@@ -19,10 +19,10 @@ from typing import Any, cast
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.primitives import Primitive
-from funcgrad.tensor import Tensor, bind
 
 _PY_SCALARS = (bool, int, float)
 ArrayLike = Any  # Tensor | np.ndarray | bool | int | float | nested sequences

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.tracing import current_builder
 from funcgrad.numpy.conversion import ArrayLike, _to_numpy_scalar, asarray, astype, broadcast_to, promote
 from funcgrad.numpy.elementwise import add, divide, floor, multiply, subtract, where
-from funcgrad.tensor import Tensor, bind
 
 Shape = int | Sequence[int]
 

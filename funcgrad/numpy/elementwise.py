@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import (
@@ -26,7 +27,6 @@ from funcgrad.numpy.conversion import (
     promote,
     result_type,
 )
-from funcgrad.tensor import Tensor, bind
 
 # --- helpers -----------------------------------------------------------------------------------
 

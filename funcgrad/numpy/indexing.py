@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.tracing import ConcretizationError
@@ -52,7 +53,6 @@ from funcgrad.numpy.elementwise import (
     where,
 )
 from funcgrad.numpy.manipulation import permute_dims, ravel, reshape, stack
-from funcgrad.tensor import Tensor, bind
 
 __all__ = ["take", "take_along_axis", "put_along_axis", "select", "compress", "choose", "ix_",
            "diag_indices", "diag_indices_from", "tril_indices", "tril_indices_from", "triu_indices",

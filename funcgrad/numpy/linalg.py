@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import (
@@ -35,7 +36,6 @@ from funcgrad.numpy.manipulation import concat, moveaxis, permute_dims, ravel, r
 from funcgrad.numpy.reductions import max as max_
 from funcgrad.numpy.reductions import min as min_
 from funcgrad.numpy.reductions import sum as sum_
-from funcgrad.tensor import Tensor, bind
 
 
 def _promoted(*operands: ArrayLike) -> tuple[list[Tensor], bool]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import (
@@ -29,7 +30,6 @@ from funcgrad.numpy.conversion import (
     promote,
 )
 from funcgrad.numpy.elementwise import remainder, subtract
-from funcgrad.tensor import Tensor, bind
 
 __all__ = ["reshape", "permute_dims", "transpose", "matrix_transpose", "expand_dims", "squeeze", "concat",
            "concatenate", "stack", "moveaxis", "swapaxes", "ravel", "flatten", "broadcast_to",

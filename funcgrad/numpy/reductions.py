@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import (
@@ -44,7 +45,6 @@ from funcgrad.numpy.elementwise import (
     where,
 )
 from funcgrad.numpy.manipulation import concat
-from funcgrad.tensor import Tensor, bind
 
 
 def _keepdims_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:

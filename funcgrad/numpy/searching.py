@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.tracing import ConcretizationError
@@ -57,7 +58,6 @@ from funcgrad.numpy.manipulation import expand_dims, permute_dims, ravel, reshap
 from funcgrad.numpy.reductions import _count, _float_input, _keepdims_shape, cumsum
 from funcgrad.numpy.reductions import any as any_
 from funcgrad.numpy.reductions import sum as sum_
-from funcgrad.tensor import Tensor, bind
 
 __all__ = ["sort", "argsort", "top_k", "searchsorted", "isin", "nonzero", "argwhere", "flatnonzero",
            "median", "percentile", "quantile", "unique", "unique_values", "unique_counts", "unique_inverse",

@@ -1,20 +1,22 @@
-"""IR-to-IR transformations: jvp, vjp/grad (linearize + transpose), vmap, jit.
+"""IR-to-IR transformations: jvp, vjp/grad (linearize + transpose), vmap, and the rules of jit.
 
 Each transform lives in its own module with its own rule table; ``ad_rules`` and
 ``batching_rules`` hold the rules of the first-order primitives, ``jit`` the rules of the jit
-call, ``funcgrad.lax`` those of control flow.
+call, ``control_flow`` those of cond, while and scan, ``custom`` custom_jvp / custom_vjp,
+checkpoint and stop_gradient. The transforms see only the core, the IR and util: ``jit`` itself,
+the runtime that traces and calls jit functions, is ``funcgrad/jit.py`` (``fg.jit``).
 """
 
 from funcgrad.transforms import ad_rules as _ad_rules  # noqa: F401  (registers the rules)
 from funcgrad.transforms import control_flow as _control_flow  # noqa: F401
 from funcgrad.transforms import custom as _custom  # noqa: F401
 from funcgrad.transforms import batching_rules as _batching_rules  # noqa: F401
+from funcgrad.transforms import jit as _jit_rules  # noqa: F401
 from funcgrad.transforms.ad import grad, hessian, jacfwd, jacrev, jvp, linearize, value_and_grad, vjp
 from funcgrad.transforms.batching import vmap
 from funcgrad.transforms.custom import checkpoint, custom_jvp, custom_vjp, eval_shape, stop_gradient
-from funcgrad.transforms.jit import jit
 
 __all__ = [
-    "checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd", "jacrev", "jit",
+    "checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
     "jvp", "linearize", "stop_gradient", "value_and_grad", "vjp", "vmap",
 ]

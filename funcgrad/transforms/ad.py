@@ -17,25 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, as_tensor, bind, evaluate
+from funcgrad.core.trace import argument_names, leaf_aval, trace_flat
 from funcgrad.ir import dtypes
+from funcgrad.ir import primitives as P
 from funcgrad.ir.core import IR
-from funcgrad.tensor import Tensor, evaluate
-from funcgrad.trace import argument_names, leaf_aval, trace_flat
 from funcgrad.transforms.jvp import is_differentiable, jvp_ir, zeros
 from funcgrad.transforms.partial_eval import partial_eval
 from funcgrad.transforms.transpose import transpose_ir
 from funcgrad.util import tree
-
-
-def as_tensor(value: Any) -> Tensor:
-    """Leaves handed to evaluate(): Tensors pass, scalars and NumPy arrays are converted. A NumPy
-    scalar (an IR literal) keeps its exact dtype."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, np.generic):
-        return Tensor(value, dtype=value.dtype)
-    from funcgrad.numpy import asarray
-    return asarray(value)
 
 
 def trace_function(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Tensor]]:
@@ -157,7 +147,7 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
             if ct.shape != aval.shape:
                 raise ValueError(f"vjp: cotangent {i} has shape {ct.shape}, the output has shape {aval.shape}")
             if is_differentiable(aval) and ct.dtype != aval.dtype:
-                ct = ct.astype(aval.dtype)
+                ct = bind(P.convert_element_type_p, ct, new_dtype=aval.dtype)
             checked.append(ct)
         cts_in = lin.pullback(checked)
         return tuple(tree.unflatten(lin.in_tree, cts_in))
@@ -257,21 +247,44 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool
     return wrapper
 
 
+# --- the Jacobians' array plumbing, bound as funcgrad.numpy would (the same IR) -----------------
+
+def _reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    return x if x.shape == shape else bind(P.reshape_p, x, new_sizes=shape)
+
+
+def _rows(x: Tensor, axis: int, start: int, size: int) -> Tensor:
+    """``x[..., start:start + size, ...]`` on ``axis`` (a basic slice, as ``x[:, a:b]`` binds it)."""
+    if size == x.shape[axis]:
+        return x
+    starts = [0] * x.ndim
+    limits = list(x.shape)
+    starts[axis], limits[axis] = (start, start + size) if size else (0, 0)
+    return bind(P.slice_p, x, start=tuple(starts), limit=tuple(limits), strides=(1,) * x.ndim)
+
+
+def _eye(n: int, dtype: np.dtype) -> Tensor:
+    """The n x n identity matrix of ``dtype``."""
+    rows = bind(P.iota_p, dtype=dtypes.int32, shape=(n, n), dimension=0)
+    cols = bind(P.iota_p, dtype=dtypes.int32, shape=(n, n), dimension=1)
+    on_diagonal = bind(P.eq_p, bind(P.sub_p, cols, rows), np.int32(0))
+    dtype = dtypes.canonicalize(dtype)
+    return on_diagonal if dtype == dtypes.bool_ else bind(P.convert_element_type_p, on_diagonal, new_dtype=dtype)
+
+
 def _split_basis(leaves: Sequence[Tensor], dtype: np.dtype) -> list[Tensor]:
     """Rows of an identity matrix over all elements of ``leaves``, one block per leaf shaped
     ``(total, *leaf.shape)``: the standard basis vectors, as pytree leaves."""
-    from funcgrad.numpy import eye, reshape
     sizes = [leaf.size for leaf in leaves]
-    basis = eye(sum(sizes), dtype=dtype)
+    basis = _eye(sum(sizes), dtype)
     pieces, start = [], 0
     for leaf, size in zip(leaves, sizes):
-        pieces.append(reshape(basis[:, start:start + size], (sum(sizes),) + leaf.shape))
+        pieces.append(_reshape(_rows(basis, 1, start, size), (sum(sizes),) + leaf.shape))
         start += size
     return pieces
 
 
 def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: bool) -> Callable[..., Any]:
-    from funcgrad.numpy import reshape
     from funcgrad.transforms.batching import vmap
     label = "jacfwd" if forward else "jacrev"
 
@@ -298,7 +311,7 @@ def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: boo
 
             columns = tree.leaves(vmap(push)(*_split_basis(in_leaves, in_leaves[0].dtype)))
             # columns[k] has shape (N, *out_k); block for input leaf j is rows [start_j, start_j + size_j)
-            blocks = [[_block(col, in_leaves, j, reshape, leading=True, other_shape=o.shape)
+            blocks = [[_block(col, in_leaves, j, leading=True, other_shape=o.shape)
                        for j in range(len(in_leaves))] for col, o in zip(columns, out_leaves)]
         else:  # one vjp per output element: rows of the Jacobian
             out_value, pullback = vjp(partial, *diff)
@@ -306,7 +319,7 @@ def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: boo
             rows = tree.leaves(vmap(lambda *cts: pullback(tree.unflatten(out_tree, cts)))(
                 *_split_basis(out_leaves, out_leaves[0].dtype)))
             # rows[j] has shape (M, *in_j); block for output leaf k is rows [start_k, start_k + size_k)
-            blocks = [[_block(rows[j], out_leaves, k, reshape, leading=False, other_shape=in_leaves[j].shape)
+            blocks = [[_block(rows[j], out_leaves, k, leading=False, other_shape=in_leaves[j].shape)
                        for j in range(len(in_leaves))] for k in range(len(out_leaves))]
         per_output = [tree.unflatten(in_tree, row) for row in blocks]
         if isinstance(argnums, int):
@@ -316,17 +329,17 @@ def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: boo
     return wrapper
 
 
-def _block(stacked: Tensor, leaves: Sequence[Tensor], index: int, reshape: Any, leading: bool,
+def _block(stacked: Tensor, leaves: Sequence[Tensor], index: int, leading: bool,
            other_shape: tuple[int, ...]) -> Tensor:
     """Cut leaf ``index``'s rows out of a vmapped basis result and shape them as out + in."""
-    from funcgrad.numpy import moveaxis
     start = sum(leaf.size for leaf in leaves[:index])
     size = leaves[index].size
-    part = stacked[start:start + size]  # (size, *other)
+    part = _rows(stacked, 0, start, size)  # (size, *other)
     if leading:  # jacfwd: part is (in_size, *out) -> (*out, *in)
-        part = moveaxis(part, 0, -1) if part.ndim > 1 else part
-        return reshape(part, other_shape + leaves[index].shape)
-    return reshape(part, leaves[index].shape + other_shape)  # jacrev: (out_size, *in) -> (*out, *in)
+        if part.ndim > 1:  # the leading axis moved last
+            part = bind(P.transpose_p, part, permutation=tuple(range(1, part.ndim)) + (0,))
+        return _reshape(part, other_shape + leaves[index].shape)
+    return _reshape(part, leaves[index].shape + other_shape)  # jacrev: (out_size, *in) -> (*out, *in)
 
 
 def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.core import ShapedArray
-from funcgrad.tensor import Tensor, bind
 from funcgrad.transforms.jvp import jvp_rules, zeros
 from funcgrad.transforms.transpose import UndefinedPrimal, is_undefined, transpose_rules
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, bind
+from funcgrad.core.trace import trace_avals
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive, broadcast_in_dim_p, transpose_p
 from funcgrad.ir.simplify import simplify
-from funcgrad.tensor import Tensor, bind
-from funcgrad.trace import trace_avals
 
 BatchRule = Callable[..., tuple[Any, Any]]
 batch_rules: dict[Primitive, BatchRule] = {}
@@ -138,8 +138,8 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
     """
     import functools
 
-    from funcgrad.trace import leaf_aval, trace_flat
-    from funcgrad.transforms.ad import as_tensor
+    from funcgrad.core.tensor import as_tensor, evaluate
+    from funcgrad.core.trace import leaf_aval, trace_flat
     from funcgrad.util import tree
 
     @functools.wraps(fn)
@@ -184,7 +184,6 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
                     raise ValueError(f"vmap out_axes {want} is out of range for an output of rank {rank}")
                 normalized.append(want % rank)
         batched_ir, _ = vmap_ir(ir, dims, size, normalized)
-        from funcgrad.tensor import evaluate
         outs = [as_tensor(o) for o in evaluate(batched_ir, *values)]
         return tree.unflatten(out_tree, outs)
 

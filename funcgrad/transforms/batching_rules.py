@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from funcgrad.core.tensor import bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
-from funcgrad.tensor import bind
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, move_axis, move_to_front
 
 Dim = int | None

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from funcgrad.core.tensor import Tensor, bind, evaluate
+from funcgrad.core.trace import trace_avals
 from funcgrad.ir.core import IR, Eqn, ShapedArray, Var
 from funcgrad.ir.higher_order import cond_p, merge_consts, open_ir, scan_p, while_p
 from funcgrad.ir.primitives import add_p, broadcast_in_dim_p, eq_p, reduce_max_p, select_p
-from funcgrad.tensor import Tensor, bind, evaluate
-from funcgrad.trace import trace_avals
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, move_axis, vmap_eval, vmap_ir
 from funcgrad.transforms.jvp import instantiate, jvp_ir, jvp_rules, zeros
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules

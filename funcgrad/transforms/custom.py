@@ -16,13 +16,13 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from funcgrad.core.tensor import Tensor, as_tensor, bind, evaluate
+from funcgrad.core.trace import trace_avals
 from funcgrad.ir.core import IR, Eqn, ShapedArray
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
-from funcgrad.ir.primitives import stop_gradient_p
+from funcgrad.ir.primitives import convert_element_type_p, stop_gradient_p
 from funcgrad.ir.simplify import dce, simplify
-from funcgrad.tensor import Tensor, bind, evaluate
-from funcgrad.trace import trace_avals
-from funcgrad.transforms.ad import as_tensor, trace_function
+from funcgrad.transforms.ad import trace_function
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
 from funcgrad.transforms.jit import call_batch_rule
 from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_rules, zeros
@@ -40,6 +40,11 @@ class _Named:
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args)
+
+
+def _cast(x: Tensor, dtype: Any) -> Tensor:
+    """``x`` as ``dtype`` (a rule's tangent or cotangent brought to its value's dtype)."""
+    return x if x.dtype == dtype else bind(convert_element_type_p, x, new_dtype=dtype)
 
 
 # --- stop_gradient ------------------------------------------------------------------------------
@@ -99,7 +104,7 @@ class custom_jvp:  # noqa: N801 - named like JAX's decorator
                 if t.shape != aval.shape:
                     raise TypeError(f"the custom_jvp rule of {name} returned a tangent of shape {t.shape} for an "
                                     f"output of shape {aval.shape}")
-            return outs, [t.astype(a.dtype) if t.dtype != a.dtype else t for t, a in zip(touts, out_avals)]
+            return outs, [_cast(t, a.dtype) for t, a in zip(touts, out_avals)]
 
         outs = bind(custom_jvp_call_p, *ir.consts, *leaves, ir=open_ir(ir),
                     jvp=_Named(flat_jvp, f"jvp_of_{name}"), num_consts=len(ir.consts), name=name)
@@ -183,7 +188,7 @@ class custom_vjp:  # noqa: N801
                 if c.shape != a.shape:
                     raise TypeError(f"the custom_vjp bwd of {name} returned a cotangent of shape {c.shape} for "
                                     f"an argument of shape {a.shape}")
-            return [c.astype(a.dtype) if c.dtype != a.dtype else c for c, a in zip(flat, in_avals)]
+            return [_cast(c, a.dtype) for c, a in zip(flat, in_avals)]
 
         outs = bind(custom_vjp_call_p, *ir.consts, *leaves, ir=open_ir(ir), fwd=_Named(flat_fwd, f"fwd_{name}"),
                     bwd=_Named(flat_bwd, f"bwd_{name}"), num_consts=len(ir.consts), name=name)

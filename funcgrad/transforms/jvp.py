@@ -7,10 +7,10 @@ input carries a tangent) or calls the primitive's rule in ``jvp_rules``.
 
 A rule is ``rule(primals, tangents, **params) -> (primal_out, tangent_out)``: ``primals`` and
 ``tangents`` are lists of Tensors (traced); a tangent of ``None`` is a *symbolic zero*, which keeps
-the printed IR free of zeros and lets rules skip work. Rules are written with ``funcgrad.numpy``
-and ``bind``, so their output is differentiable again (higher-order derivatives) and linear in the
-tangents (which reverse mode relies on: see ``partial_eval.py`` and ``transpose.py``). Integer and
-boolean values never carry tangents.
+the printed IR free of zeros and lets rules skip work. Rules are written with ``bind``, so their
+output is differentiable again (higher-order derivatives) and linear in the tangents (which
+reverse mode relies on: see ``partial_eval.py`` and ``transpose.py``). Integer and boolean values
+never carry tangents.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from funcgrad.core.tensor import Tensor, bind
+from funcgrad.core.trace import trace_avals
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
-from funcgrad.ir.primitives import Primitive
+from funcgrad.ir.primitives import Primitive, broadcast_in_dim_p
 from funcgrad.ir.simplify import simplify
-from funcgrad.tensor import Tensor, bind
-from funcgrad.trace import trace_avals
 
 JvpRule = Callable[..., tuple[Any, Any]]
 jvp_rules: dict[Primitive, JvpRule] = {}
@@ -36,8 +38,8 @@ def is_differentiable(aval: ShapedArray) -> bool:
 
 def zeros(aval: ShapedArray) -> Tensor:
     """A materialized zero of ``aval`` (a broadcast literal, free after fusion)."""
-    import funcgrad.numpy as fnp
-    return fnp.zeros(aval.shape, dtype=aval.dtype)
+    zero = np.zeros((), aval.dtype)[()]
+    return bind(broadcast_in_dim_p, zero, shape=aval.shape, broadcast_dimensions=())
 
 
 def instantiate(tangent: Tensor | None, aval: ShapedArray) -> Tensor:

@@ -18,11 +18,11 @@ from typing import Any
 
 import attrs
 
+from funcgrad.core.tensor import Tensor, bind
+from funcgrad.core.trace import trace_avals
 from funcgrad.ir.core import IR, Literal, ShapedArray, Var
 from funcgrad.ir.primitives import Primitive, add_p
 from funcgrad.ir.simplify import simplify
-from funcgrad.tensor import Tensor, bind
-from funcgrad.trace import trace_avals
 from funcgrad.transforms.jvp import instantiate
 
 TransposeRule = Callable[..., Sequence[Any]]

@@ -15,11 +15,11 @@ from typing import Any, cast
 
 import numpy as np
 
+from funcgrad.core.tensor import Tensor, _atom_for
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, ShapedArray
 from funcgrad.ir.simplify import simplify
 from funcgrad.ir.tracing import new_trace
-from funcgrad.tensor import Tensor, _atom_for
 from funcgrad.util import tree
 
 

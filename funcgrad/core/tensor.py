@@ -1,32 +1,112 @@
 """Tensor (alias Array): the array type users hold, and ``bind``, the one door to the primitives.
 
-A Tensor wraps either a ``LazyBuffer`` (a concrete value, realized or pending) or a ``Tracer`` (a
-value inside a running trace). Users never see the difference except where a concrete value is
-required (``bool(x)``, ``x.item()``, ``np.asarray(x)``): on a tracer those raise a
+A Tensor wraps either a concrete buffer (a value of the eager layer, realized or pending) or a
+``Tracer`` (a value inside a running trace). Users never see the difference except where a concrete
+value is required (``bool(x)``, ``x.item()``, ``np.asarray(x)``): on a tracer those raise a
 ``ConcretizationError`` that says what to do instead.
 
 ``bind(primitive, *operands, **params)`` checks the operands with the primitive's shape rule, then
-either appends an equation to the innermost running trace or, outside any trace, records a pending
-lazy op. Everything else (``funcgrad.numpy``, the Tensor methods, the transforms) is built on it.
+either appends an equation to the innermost running trace or, outside any trace, hands the
+application to the eager handler. Everything else (``funcgrad.numpy``, the Tensor methods, the
+transforms) is built on it.
+
+The core knows nothing of how concrete values are stored or computed: the eager layer
+(``funcgrad.lazy``) registers an ``EagerHandler`` when it is imported (``import funcgrad`` does),
+and ``funcgrad.nan_check`` registers the hook that records where each value was made.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from funcgrad.devices import Device, canonical_name, get_device
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
-from funcgrad.ir.primitives import Primitive
+from funcgrad.ir.primitives import Primitive, convert_element_type_p
 from funcgrad.ir.tracing import ConcretizationError, IRBuilder, Tracer, check_alive, current_builder
-from funcgrad.lazy import LazyBuffer, realize
-from funcgrad.nan_check import record_sources
 from funcgrad.util import config as _config
+
+# --- the hooks the layers above register ---------------------------------------------------------
+
+class Buffer(Protocol):
+    """What the core reads of a concrete value the eager handler made: its aval, its device (a
+    canonical name), whether the user placed it there (``committed``), and its host array once
+    computed (None while pending)."""
+
+    aval: ShapedArray
+    device: str
+    committed: bool
+    array: np.ndarray | None
+
+
+class EagerHandler:
+    """How values are computed outside any trace; ``funcgrad.lazy`` registers the implementation
+    (``register_eager_handler``). Each method says what the core asks of it; until a handler is
+    registered each one raises."""
+
+    def from_array(self, array: np.ndarray, device: str | None, committed: bool) -> Buffer:
+        """A computed buffer holding ``array`` (of a funcgrad dtype, owned by the buffer from now on)
+        on ``device`` (None: the default device), committed there if ``committed``."""
+        raise _unregistered("from_array")
+
+    def pending(self, primitive: Primitive, params: dict[str, Any], sources: Sequence[Buffer],
+                out_avals: Sequence[ShapedArray]) -> Sequence[Buffer]:
+        """The buffers of ``primitive`` applied to ``sources``, one per aval of ``out_avals`` (already
+        checked by the shape rule); computing them may wait until ``realize``."""
+        raise _unregistered("pending")
+
+    def realize(self, buffers: Sequence[Buffer]) -> None:
+        """Compute ``buffers`` now: afterwards each one's ``array`` is set."""
+        raise _unregistered("realize")
+
+    def default_device(self) -> str:
+        """The name of the device new values go to (``Device.DEFAULT``)."""
+        raise _unregistered("default_device")
+
+    def usable_device(self, device: Any) -> str:
+        """The canonical name of ``device`` (a name, or a device object), after checking it can run
+        here (raising an error that lists the usable devices otherwise)."""
+        raise _unregistered("usable_device")
+
+    def move(self, buffer: Buffer, device: str) -> Buffer:
+        """``buffer``'s value (computed first) on ``device`` (a canonical name), committed there."""
+        raise _unregistered("move")
+
+
+def _unregistered(method: str) -> RuntimeError:
+    return RuntimeError(f"EagerHandler.{method}: no eager handler implements it; import funcgrad (funcgrad.lazy "
+                        "registers the handler) before computing values outside a trace")
+
+
+# the handler bind calls outside a trace: one global lookup on the hot path
+_eager: EagerHandler = EagerHandler()
+
+
+def register_eager_handler(handler: EagerHandler) -> None:
+    """Make ``handler`` compute every value made outside a trace (``funcgrad.lazy`` calls this)."""
+    global _eager
+    _eager = handler
+
+
+def _no_source_recorder(outputs: Sequence[Any]) -> None:
+    return None
+
+
+_record_sources: Callable[[Sequence[Any]], None] = _no_source_recorder
+
+
+def register_source_recorder(recorder: Callable[[Sequence[Any]], None]) -> None:
+    """``recorder(outputs)`` is called by ``bind`` with the buffers or tracers it made while
+    ``config.active`` (debug_nans / debug_infs is on); ``funcgrad.nan_check`` registers it."""
+    global _record_sources
+    _record_sources = recorder
+
+
+# --- the Tensor --------------------------------------------------------------------------------
 
 
 def _short_repr(value: Any, limit: int = 40) -> str:
@@ -75,13 +155,6 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
     return np.array(array, dtype=dtype, copy=True)
 
 
-def _usable_device(device: Any) -> str:
-    """The canonical name of ``device`` (a name, or a device object), after checking it can run here."""
-    name = canonical_name(device if isinstance(device, str) else getattr(device, "name", device))
-    get_device(name)  # raises DeviceUnavailableError listing the usable devices and the reason
-    return name
-
-
 if TYPE_CHECKING:  # the methods are attached by tensor_methods.py (it needs funcgrad.numpy, which needs us)
     from funcgrad.tensor_methods import TensorMethods as _Methods
 else:
@@ -102,11 +175,13 @@ class Tensor(_Methods):
     def __init__(self, data: Any, dtype: Any = None, device: str | None = None,
                  requires_grad: bool | None = None) -> None:
         if isinstance(data, Tensor):
-            source = data if dtype is None else data.astype(dtype)
-            self._data: LazyBuffer | Tracer = (source if device is None else source.to(device))._data
+            source = data
+            if dtype is not None and data.dtype != dtypes.canonicalize(dtype):
+                source = bind(convert_element_type_p, data, new_dtype=dtypes.canonicalize(dtype))
+            self._data: Buffer | Tracer = (source if device is None else source.to(device))._data
         else:
-            placed = None if device is None else _usable_device(device)
-            self._data = LazyBuffer.from_array(_canonical_numpy(data, dtype), placed, committed=placed is not None)
+            placed = None if device is None else _eager.usable_device(device)
+            self._data = _eager.from_array(_canonical_numpy(data, dtype), placed, placed is not None)
         self._weak = False
         self._requires_grad: bool | None = None
         self.requires_grad = requires_grad
@@ -129,7 +204,7 @@ class Tensor(_Methods):
                 GRAD_LEAVES[id(self)] = self
 
     @classmethod
-    def _wrap(cls, data: LazyBuffer | Tracer, weak: bool = False) -> Tensor:
+    def _wrap(cls, data: Buffer | Tracer, weak: bool = False) -> Tensor:
         tensor = cls.__new__(cls)
         tensor._data = data
         tensor._weak = weak
@@ -161,7 +236,8 @@ class Tensor(_Methods):
     @property
     def device(self) -> str:
         """The name of the device this value lives on (``Device.DEFAULT`` for a traced value)."""
-        return self._data.device if isinstance(self._data, LazyBuffer) else Device.DEFAULT
+        data = self._data
+        return _eager.default_device() if isinstance(data, Tracer) else data.device
 
     def to(self, device: str) -> Tensor:
         """This value on ``device`` (committed there: operations with values committed elsewhere
@@ -170,16 +246,13 @@ class Tensor(_Methods):
         >>> Tensor([1.0]).to("CPU").device
         'CPU'
         """
-        target = _usable_device(device)
+        target = _eager.usable_device(device)
         data = self._data
         if isinstance(data, Tracer):
             return self
         if data.device == target and data.committed:
             return self
-        realize([data])
-        assert data.array is not None
-        moved = Tensor._wrap(LazyBuffer(data.aval, array=data.array, device=target, committed=True), self._weak)
-        return moved
+        return Tensor._wrap(_eager.move(data, target), self._weak)
 
     @property
     def is_traced(self) -> bool:
@@ -201,14 +274,15 @@ class Tensor(_Methods):
                 f"inside {self._data.builder.label}).{source} Python control flow on traced values cannot be "
                 "recorded: use fg.lax.cond / fg.numpy.where for branches, or mark the argument static "
                 "(jit's static_argnums / static_argnames).")
-        realize([self._data])
-        assert self._data.array is not None
-        return self._data.array
+        data = self._data
+        _eager.realize([data])
+        assert data.array is not None
+        return data.array
 
     def realize(self) -> Tensor:
         """Run the pending computation now (no-op if already computed); returns ``self``."""
         data = self._data
-        if type(data) is not LazyBuffer or data.array is None:  # computed already: nothing to do
+        if isinstance(data, Tracer) or data.array is None:  # computed already: nothing to do
             self._concrete("realize()")
         return self
 
@@ -284,6 +358,27 @@ def grad_leaves() -> list[Tensor]:
     with _GRAD_LEAVES_LOCK:
         return list(GRAD_LEAVES.values())
 
+def as_tensor(value: Any) -> Tensor:
+    """A pytree leaf as a Tensor (what the transforms hand to ``evaluate``): Tensors pass, a NumPy
+    scalar (an IR literal) keeps its exact dtype, a Python scalar becomes a weakly typed rank-0
+    Tensor (as ``funcgrad.numpy.asarray`` makes it), anything else goes to ``Tensor(value)``."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, np.generic):
+        return Tensor(value, dtype=value.dtype)
+    if isinstance(value, (bool, int, float)):
+        dtype = dtypes.python_scalar_dtype(value)
+        if dtypes.is_int(dtype) and not isinstance(value, bool):
+            info = np.iinfo(dtype)
+            if not info.min <= value <= info.max:
+                raise OverflowError(f"Python int {value} does not fit in {dtype.name} "
+                                    f"(range {info.min}..{info.max})")
+        tensor = Tensor._wrap(Tensor(np.asarray(value).astype(dtype)[()])._data)
+        tensor._weak = dtype != dtypes.bool_
+        return tensor
+    return Tensor(value)
+
+
 # --- binding primitives ------------------------------------------------------------------------
 
 
@@ -308,9 +403,9 @@ def _atom_for(builder: IRBuilder, operand: Any) -> Any:
     return builder.lift(operand, data.aval, key=id(data))
 
 
-def _lazy_for(operand: Any) -> LazyBuffer:
+def _buffer_for(operand: Any) -> Buffer:
     if isinstance(operand, np.generic):
-        return LazyBuffer.from_array(np.asarray(operand))
+        return _eager.from_array(np.asarray(operand), None, False)
     data = operand._data
     if isinstance(data, Tracer):  # only reachable with a dead tracer: live ones mean a builder exists
         check_alive(data)
@@ -319,7 +414,8 @@ def _lazy_for(operand: Any) -> LazyBuffer:
 
 
 def bind(primitive: Primitive, *operands: Any, **params: Any) -> Any:
-    """Apply ``primitive``: record it in the running trace, or lazily outside any trace.
+    """Apply ``primitive``: record it in the running trace, or hand it to the eager handler outside
+    any trace.
 
     Returns a Tensor, or a tuple of Tensors for multiple-result primitives.
     """
@@ -327,11 +423,11 @@ def bind(primitive: Primitive, *operands: Any, **params: Any) -> Any:
     avals = out_avals if primitive.multiple_results else (out_avals,)
     builder = current_builder()
     if builder is None:
-        data: Sequence[Any] = LazyBuffer.pending(primitive, params, [_lazy_for(x) for x in operands], avals)
+        data: Sequence[Any] = _eager.pending(primitive, params, [_buffer_for(x) for x in operands], avals)
     else:
         data = builder.add_eqn(primitive, [_atom_for(builder, x) for x in operands], params, avals)
     if _config.active:  # debug_nans / debug_infs: remember the user's line of every value
-        record_sources(data)
+        _record_sources(data)
     outs = tuple(Tensor._wrap(d) for d in data)
     return outs if primitive.multiple_results else outs[0]
 
@@ -340,7 +436,8 @@ def evaluate(ir: IR, *args: Any, consts: Sequence[Any] | None = None) -> list[An
     """Evaluate ``ir`` by binding its equations again, on Tensors (concrete or traced).
 
     This is how transformed IRs run: inside an enclosing trace the equations are recorded there,
-    outside they build a lazy graph. Outputs that are literals come back as NumPy scalars.
+    outside they go to the eager handler (which builds a lazy graph). Outputs that are literals
+    come back as NumPy scalars.
     """
     if len(args) != len(ir.in_vars):
         raise TypeError(f"IR takes {len(ir.in_vars)} inputs, got {len(args)}")
