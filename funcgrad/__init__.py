@@ -25,7 +25,7 @@ from funcgrad.transforms import (
     checkpoint, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient,
     value_and_grad, vjp, vmap,
 )
-from funcgrad.jit import jit
+from funcgrad.jit_runtime import jit
 from funcgrad import lax
 from funcgrad import nn
 from funcgrad import datasets

@@ -26,7 +26,7 @@ def live_counts() -> dict[str, int]:
     from funcgrad import lower
     from funcgrad.devices import _INSTANCES
     from funcgrad.devices.cpu import LIVE_ENGINES
-    from funcgrad.jit import LIVE_JITTED
+    from funcgrad.jit_runtime import LIVE_JITTED
     from funcgrad.lazy import LazyBuffer
     from funcgrad.lower import plan
 

@@ -1,4 +1,4 @@
-"""jit's fast path (``funcgrad/jit.py``: ``FastCall``) and the plan's lean replay (``lower/plan.py``).
+"""jit's fast path (``funcgrad/jit_runtime.py``: ``FastCall``) and the plan's lean replay (``lower/plan.py``).
 
 A call on positional Tensors whose signature was traced before replays the compiled plan at once,
 without building a lazy graph. These tests check that it gives the full path's results (NumPy as the
@@ -9,7 +9,6 @@ devices, random keys, stateful steps, the reference interpreter) still goes the 
 
 from __future__ import annotations
 
-import importlib
 import threading
 
 import hypothesis.strategies as st
@@ -20,13 +19,12 @@ from hypothesis import given, settings
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import Tensor, lazy, nn
+from funcgrad import jit_runtime as jit_module
 from funcgrad.devices import get_device
 from funcgrad.lazy import DeviceMismatchError, LazyBuffer
 from funcgrad.lower import default_device, jit_plan
 from funcgrad.lower.plan import data_address
 from funcgrad.lower.schedule import HostStep
-
-jit_module = importlib.import_module("funcgrad.jit")  # the module (funcgrad.jit is the function fg.jit)
 
 
 def _replays_here() -> bool:

@@ -5,7 +5,6 @@ LLVM engines, the disk cache) has a bound and evicts safely."""
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 import subprocess
 import sys
@@ -18,12 +17,11 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import Tensor, lower, nn
+from funcgrad import jit_runtime as jit_module
 from funcgrad.debug import live_counts
 from funcgrad.devices import cpu, get_device
 from funcgrad.lower import plan
 from funcgrad.util.caches import LRUCache, cache_size
-
-jit_module = importlib.import_module("funcgrad.jit")  # the module (funcgrad.jit is the function fg.jit)
 
 # --- long runs ---------------------------------------------------------------------------------------
 

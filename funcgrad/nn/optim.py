@@ -8,7 +8,7 @@
   object (models keep their references) and does the same with the optimiser's state Tensors, then
   realizes them together, so graphs never grow across steps. An optimiser is a pytree (leaves: its
   parameters, state and step count), so a step that updates it in place can be jitted: jit writes
-  the swapped values back (see ``funcgrad.jit``).
+  the swapped values back (see ``funcgrad.jit_runtime``).
 
 Each algorithm is a ``Rule``: ``init(param) -> slots`` and ``apply(param, grad, slots, lr, step) ->
 (new_param, new_slots)`` for one parameter; both forms call it. ``lr`` is a float or a schedule

@@ -4,7 +4,7 @@ Each transform lives in its own module with its own rule table; ``ad_rules`` and
 ``batching_rules`` hold the rules of the first-order primitives, ``jit`` the rules of the jit
 call, ``control_flow`` those of cond, while and scan, ``custom`` custom_jvp / custom_vjp,
 checkpoint and stop_gradient. The transforms see only the core, the IR and util: ``jit`` itself,
-the runtime that traces and calls jit functions, is ``funcgrad/jit.py`` (``fg.jit``).
+the runtime that traces and calls jit functions, is ``funcgrad/jit_runtime.py`` (``fg.jit``).
 """
 
 from funcgrad.transforms import ad_rules as _ad_rules  # noqa: F401  (registers the rules)

@@ -5,7 +5,7 @@ A ``jit`` equation holds an open IR (its consts as leading inputs, see ``ir.high
 equation; partial evaluation splits it into a known and an unknown call joined by residuals;
 transposition and batching transform it and call the result. ``call_transpose_rule`` and
 ``call_batch_rule`` serve every primitive that calls a sub-IR named ``ir`` (``checkpoint`` too).
-The runtime that traces and calls jit functions is ``funcgrad/jit.py``.
+The runtime that traces and calls jit functions is ``funcgrad/jit_runtime.py``.
 """
 
 from __future__ import annotations
