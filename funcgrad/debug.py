@@ -38,7 +38,7 @@ def live_counts() -> dict[str, int]:
         "lazy_bytes": sum(b.array.nbytes for b in buffers if b.array is not None),
         "plans": len(plan._PLANS),
         "jit_plans": len(lower._JIT_PLANS),
-        "kernels": sum(len(getattr(device, "memory_cache", ())) for device in list(_INSTANCES.values())),
+        "kernels": sum(len(device.memory_cache) for device in list(_INSTANCES.values())),
         "engines": len(LIVE_ENGINES),
         "jit_functions": len(jitted),
         "jit_traces": sum(len(f._cache) for f in jitted),

@@ -28,7 +28,8 @@ from replay.record import (
 
 import funcgrad as fg
 from funcgrad.devices import cpu
-from funcgrad.lower.plan import Plan, ReferenceDevice
+from funcgrad.devices.reference import ReferenceDevice
+from funcgrad.lower.plan import Plan
 from funcgrad.lower.schedule import KernelStep
 
 MAX_DIFF_LINES = 200

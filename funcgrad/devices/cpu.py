@@ -64,6 +64,7 @@ from funcgrad.devices.cpu_compiler import (
     undefined_symbols,
 )
 from funcgrad.devices.cpu_pool import MAX_BUFFERS, MAX_CHUNKS, native_pool
+from funcgrad.lower.device import Device, OptimizerTarget
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
@@ -668,6 +669,38 @@ def optimization_level(kernel: Kernel) -> int:
     return 3
 
 
+class CPUOptimizerTarget(OptimizerTarget):
+    """What the kernel optimiser (``funcgrad.lower.optimize``) knows of this CPU; each call reads this
+    module's current functions (tests pin ``thread_count``)."""
+
+    @property
+    def small_kernel_work(self) -> int:  # type: ignore[override]
+        return SMALL_KERNEL_WORK
+
+    def thread_count(self) -> int:
+        return thread_count()
+
+    def heuristic_threads(self, kernel: Kernel) -> int:
+        return heuristic_threads(kernel)
+
+    def cache_folder(self) -> Path:
+        return DiskCache().folder
+
+    def cpu_name(self) -> str:
+        return host_target().cpu
+
+    def compile_for_timing(self, kernel: Kernel) -> CompiledKernel:
+        source = render_llvm(kernel)
+        target = host_target()
+        object_code = target.compile(source, optimization_level(kernel))
+        engine, address = target.load(object_code, llvm_function_name(kernel))
+        keep_engine(engine)
+        return CompiledKernel(kernel, source, address, "compiled", 0.0)
+
+
+OPTIMIZER_TARGET = CPUOptimizerTarget()  # installed by funcgrad.devices (set_optimizer_target)
+
+
 def shared_source(source: str, kernel: Kernel) -> str:
     """What is compiled for a kernel's LLVM ``source``: without the kernel listing above the code
     and with the function named SHARED_NAME, so kernels that differ only in name and shapes the
@@ -679,7 +712,7 @@ def shared_source(source: str, kernel: Kernel) -> str:
     return "\n".join(lines[first:]).replace(f"@{llvm_function_name(kernel)}(", f"@{SHARED_NAME}(") + "\n"
 
 
-class CPUDevice:
+class CPUDevice(Device):
     """Compiles kernels for the host CPU (see the module docstring).
 
     >>> device = CPUDevice()  # doctest: +SKIP
