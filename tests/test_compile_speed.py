@@ -20,7 +20,8 @@ from funcgrad.devices import cpu_compiler as compiler
 from funcgrad.lower import render_tile
 from funcgrad.lower.kernel import Kernel, Opt
 from funcgrad.lower.optimize import optimize
-from funcgrad.lower.render_llvm import SHORT_PARTIAL, llvm_function_name, render_llvm
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import SHORT_PARTIAL, llvm_function_name
 from tests.test_cpu_compiler import erf_kernel
 from tests.test_render_tile import assert_matches_reference, kernels_of, product_kernel, random_inputs, tiled
 

@@ -21,7 +21,8 @@ import pytest
 from funcgrad.devices import cpu
 from funcgrad.devices import cpu_compiler as compiler
 from funcgrad.lower.kernel import evaluate_kernel
-from funcgrad.lower.render_llvm import llvm_function_name, render_llvm
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import llvm_function_name
 from tests.test_render_llvm import alu, elementwise_kernel, g, load, reduction_kernel
 
 REPO = Path(__file__).resolve().parents[1]

@@ -585,7 +585,7 @@ def test_matrix_products_use_the_reduce_outer_loop_order_and_stay_exact_enough()
     row sums (contiguous along the reduction) keep the plain order; both match the reference."""
     import funcgrad as fg
     import funcgrad.numpy as fnp
-    from funcgrad.lower.render_llvm import reduce_outer
+    from funcgrad.lower.render_loops import reduce_outer
     from funcgrad.lower.schedule import KernelStep, schedule
 
     rng = np.random.default_rng(5)

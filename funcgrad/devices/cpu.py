@@ -68,7 +68,8 @@ from funcgrad.lower.device import Device, OptimizerTarget
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
-from funcgrad.lower.render_llvm import external_symbols, is_inline_math, llvm_function_name, render_llvm
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import external_symbols, is_inline_math, llvm_function_name
 from funcgrad.util.caches import LRUCache, cache_size, write_atomically
 from funcgrad.util.debug import debug_level
 
@@ -77,7 +78,7 @@ __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PA
 # Estimated work above which a kernel is split across threads. Work is loop iterations (global x
 # reduction) times the operations per iteration, with a transcendental function (a scalar libm
 # call, ~10 ns) counting as TRANSCENDENTAL_COST simple vectorized operations, and float32 exp, tanh
-# and logistic (inline vector polynomials, render_llvm.FLOAT32_OPS: ~1 ns) as INLINE_TRANSCENDENTAL_COST.
+# and logistic (inline vector polynomials, render_loops.FLOAT32_OPS: ~1 ns) as INLINE_TRANSCENDENTAL_COST.
 # A thread hand-off cost 30-80 us here with the Python pool (the native pool, cpu_pool.py: ~0.1 us to a
 # spinning worker, 15-20 us to a sleeping one; not re-tuned since) and a memory-bound kernel gains only
 # ~1.1x from a second core; measured on one core: 2^18 iterations of x*x+1 take ~40 us, 2^16 of a libm

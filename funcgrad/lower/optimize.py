@@ -36,7 +36,7 @@ import numpy as np
 
 from funcgrad.lower.device import optimizer_target
 from funcgrad.lower.kernel import OPT_ACTIONS, Kernel, Opt, dtype_class
-from funcgrad.lower.render_llvm import (
+from funcgrad.lower.render_loops import (
     MAX_ROW,
     ROW_BLOCK,
     SHORT_ROW,
@@ -136,7 +136,7 @@ def _innermost_swap(kernel: Kernel) -> list[Opt]:
     convolution's result read in NCHW order (bias + ReLU, pooling) otherwise walks memory with a
     stride of the channel count."""
     from funcgrad.lower.kernel import _affine, var
-    from funcgrad.lower.render_llvm import _loads
+    from funcgrad.lower.render_loops import _loads
     rank = len(kernel.shape)
     if rank < 3 or int(np.prod(kernel.reduce_shape)) > SWAP_MAX_REDUCE:
         return []

@@ -31,7 +31,7 @@ A sum of ``where(condition, term, -0.0)`` with rank >= 3 (a convolution over its
 rows narrows that loop per outer row, a bound by the tile's row unrolls that loop and leaves out the
 excluded terms of the edge row tiles, rendered at their static positions; the rest is tested per term.
 
-A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
+A long float sum keeps its two-level order (``render_loops.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
 
 The loops around the register tile are written on vectors too where their expressions allow it: the
@@ -50,7 +50,7 @@ import attrs
 import numpy as np
 
 from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr, Opt, _affine, alu, const, flat_index, var
-from funcgrad.lower.render_llvm import FLOAT_OPS, _FunctionBuilder, _store_outputs, render_const, substitute
+from funcgrad.lower.render_loops import FLOAT_OPS, _FunctionBuilder, _store_outputs, render_const, substitute
 
 __all__ = ["tile_opts", "tile_candidates", "check_tile_opts", "render_tile", "explicitly_vectorised", "LANES"]
 
