@@ -25,7 +25,7 @@ def live_counts() -> dict[str, int]:
     """
     from funcgrad import lower
     from funcgrad.devices import _INSTANCES
-    from funcgrad.devices.cpu import LIVE_ENGINES
+    from funcgrad.devices.cpu_engines import LIVE_ENGINES
     from funcgrad.lazy import LazyBuffer
     from funcgrad.lower import plan
     from funcgrad.transforms.jit import LIVE_JITTED

@@ -359,7 +359,9 @@ class NativePool:
     """
 
     def __init__(self, workers: int, spin_us: float = DEFAULT_SPIN_US, caller_spin_us: float = CALLER_SPIN_US) -> None:
-        from funcgrad.devices.cpu import DiskCache, cache_root, host_target, keep_engine
+        from funcgrad.devices.cpu_disk_cache import DiskCache
+        from funcgrad.devices.cpu_engines import keep_engine
+        from funcgrad.devices.cpu_target import cache_root, host_target
         source = pool_source()
         cache = DiskCache(cache_root() / "native-pool")  # apart from the kernels' folder (and its trims)
         key = cache.key(source)
@@ -456,8 +458,8 @@ class _Process:
     def build(self) -> None:
         try:
             if os.environ.get("FUNCGRAD_NATIVE_POOL", "1") != "0" and supported():
-                from funcgrad.devices.cpu import thread_count
-                self.pool = NativePool(thread_count() - 1, spin_microseconds())
+                from funcgrad.devices import cpu_threads
+                self.pool = NativePool(cpu_threads.thread_count() - 1, spin_microseconds())
         except ValueError as error:  # a bad FUNCGRAD_POOL_SPIN_US
             print(f"funcgrad: the native worker pool is off: {error}", file=sys.stderr)
         except (RuntimeError, OSError) as error:
