@@ -21,9 +21,15 @@ kernel's code (loaded pages or an MCJIT engine) lives as long as a ``CompiledKer
 plan keeps an evicted kernel working), and is freed under the LLVM lock (llvmlite is not thread-safe).
 
 Large kernels are split along their outermost loop across a persistent thread pool (ctypes
-releases the GIL); small ones are called directly, because handing work to a thread costs tens of
-microseconds (see ``PARALLEL_MIN_WORK``). The pool is ``cpu_pool.NativePool`` (hand-off and waiting in
-generated code) where it runs, else ``_WorkerPool`` (Python threads and queues).
+releases the GIL); small ones are called directly, because handing work to a thread costs more than
+they take (see ``cpu_cost.PARALLEL_MIN_WORK``). The pool is ``cpu_pool.NativePool`` (hand-off and
+waiting in generated code) where it runs, else ``cpu_threads._WorkerPool`` (Python threads and queues).
+
+The CPU's concerns have files of their own: ``cpu_target`` (where LLVM runs, the host's identity and
+fingerprint), ``cpu_engines`` (kernel code lifetimes), ``cpu_disk_cache`` (object code on disk),
+``cpu_threads`` (thread pools, ``thread_count``), ``cpu_cost`` (work estimate, default threads),
+``cpu_pipeline`` (the LLVM pipeline of a kernel), ``cpu_compiler`` (the compiler worker, the object
+loader) and ``cpu_pool`` (the native pool). This module is the device and its compiled kernels.
 """
 
 from __future__ import annotations

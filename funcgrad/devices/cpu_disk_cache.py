@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from funcgrad.devices.cpu_target import cache_root, host_target
-from funcgrad.util.caches import cache_size, write_atomically
+from funcgrad.util.caches import cache_size, checked_entry, read_checked, write_atomically
 
 _MAGIC = b"FGOBJ01\n"
 
@@ -31,25 +31,16 @@ class DiskCache:
         return self.folder / f"{key}.o"
 
     def load(self, key: str) -> bytes | None:
-        try:
-            data = self.path(key).read_bytes()
-        except OSError:
-            return None
-        header = len(_MAGIC) + 32 + 8
-        if len(data) < header or not data.startswith(_MAGIC):
-            return None
-        checksum = data[len(_MAGIC):len(_MAGIC) + 32]
-        length = int.from_bytes(data[len(_MAGIC) + 32:header], "little")
-        payload = data[header:]
-        if len(payload) != length or hashlib.sha256(payload).digest() != checksum:
+        payload = read_checked(self.path(key), _MAGIC)
+        if payload is None:
             return None
         with contextlib.suppress(OSError):
             os.utime(self.path(key))  # a hit makes the entry recently used for trim_folder
         return payload
 
     def store(self, key: str, payload: bytes) -> None:
-        entry = _MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
-        # not fsynced (~0.5 ms a file, 40-50 ms of a cold CNN step): an entry a crash tears or empties
+        entry = checked_entry(_MAGIC, payload)
+        # not fsynced (an fsync per file is a large part of a cold step): an entry a crash tears or empties
         # fails its checksum and reads as missing
         if not write_atomically(self.path(key), entry):
             return

@@ -18,24 +18,26 @@ def optimization_level(kernel: Kernel) -> int:
     """The LLVM pipeline for a kernel (``cpu_compiler.PIPELINES``); a kernel always gets the same
     one, so results stay deterministic.
 
-    - 0 (no optimisation) for small kernels: O3 costs ~16 ms a kernel against ~3 ms unoptimised,
-      which a kernel over a few thousand elements never earns back.
+    - 0 (no optimisation) for small kernels: O3 costs several times the LLVM time of no
+      optimisation, which a kernel over a few thousand elements never earns back.
     - 5 (SROA, then code generation) for register tiles whose every loop the renderer wrote on
       vectors (``render_tile.explicitly_vectorised``: the MLP's products, their packing and
       epilogues): half the LLVM time of 4, the same speed and bits.
     - 4 (O1 without LLVM's loop unroller) for other register tiles (a ``tile`` opt), which the renderer
-      unrolled and vectorised itself: 35-80% less LLVM time, the same speed and bits. Unless a
+      unrolled and vectorised itself: less LLVM time, the same speed and bits. Unless a
       reduction loop is shorter than SHORT_REDUCTION (a convolution's 3x3 or 5x5 window): at O3,
-      whose unroller flattens those, they run up to 10% faster.
+      whose unroller flattens those, they run faster.
     - 4 also for elementwise kernels under SMALL_ELEMENTWISE_WORK elements (the CNN's weight
-      updates and layout copies, 5-40 K elements): 8-10 ms of LLVM instead of 8-32 ms, within a
-      few microseconds a call, the same bits (no reduction to reassociate).
+      updates and layout copies, 5-40 K elements): less LLVM time, about as fast a call, the same
+      bits (no reduction to reassociate).
     - 2 (O2) for plain loops in i-k-j order (a ``reorder`` opt) summing at most SHORT_REORDER
       terms: O3 fully unrolls the few passes over their stack rows into a lot of code (the CNN's
-      10-term linear input gradient: 0.29 s of LLVM at O3, 0.08 s at O2, as fast). Each output
+      10-term linear input gradient: several times O2's LLVM time, no faster). Each output
       element is still summed in term order, so the bits do not depend on how its row is vectorised.
     - 3 (O3) otherwise: plain loops need LLVM's unroller and vectorisers (a pooling window runs
-      4-9x slower without unrolling; O2 made some elementwise kernels 2-10x slower).
+      much slower without unrolling, and O2 made some elementwise kernels slower).
+
+    The measured figures behind these choices are in docs/performance.md.
 
     ``FUNCGRAD_OPT=0`` or ``3`` gives every kernel that level."""
     forced = os.environ.get("FUNCGRAD_OPT")

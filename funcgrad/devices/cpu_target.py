@@ -154,7 +154,7 @@ class WorkerTarget(_Target):
 
     def describe_in_background(self) -> None:
         """Read (or ask the worker for) the description on a thread of its own: a cold process then
-        starts the worker (~0.15 s) while it traces its first step."""
+        starts the worker while it traces its first step."""
         if self._description is None:
             threading.Thread(target=self._describe_quietly, name="funcgrad-compiler-start", daemon=True).start()
 

@@ -68,7 +68,8 @@ _compile_pool_lock = threading.Lock()  # one compile_many at a time uses the poo
 
 def compile_cost(source: str, pipeline: int) -> float:
     """A rough estimate of LLVM's milliseconds for ``source`` at ``pipeline`` (to compile the heaviest
-    first): mostly code generation, ~30 us a line, plus ~10 ms for a standard pipeline's passes."""
+    first): mostly code generation, in proportion to its lines, plus a constant for a standard
+    pipeline's passes (coefficients measured: docs/performance.md)."""
     lines = source.count("\n")
     return lines * (0.02 if pipeline == 0 else 0.035) + (0.0 if pipeline in (0, 5) else 10.0)
 

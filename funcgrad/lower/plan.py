@@ -46,7 +46,7 @@ from funcgrad.lower.fuse import fuse_siblings
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
 from funcgrad.lower.split_reductions import split_long_reductions
-from funcgrad.util.caches import LRUCache, cache_size, write_atomically
+from funcgrad.util.caches import LRUCache, cache_size, checked_entry, read_checked, write_atomically
 from funcgrad.util.config import nonfinite_checks
 from funcgrad.util.debug import debug_level
 from funcgrad.util.version import code_version
@@ -472,7 +472,6 @@ def _report_plan(plan: Plan, loaded: bool, seconds: dict[str, float], counts: di
 
 PLAN_CACHE_FORMAT = "funcgrad-plan-v1"
 _PLAN_MAGIC = b"FGPLAN1\n"
-_CHECKSUM_BYTES = 32
 # Settings that change what an IR compiles to (the kernel optimiser's), besides funcgrad's own code.
 _SETTINGS_THAT_CHANGE_CODE = ("BEAM", "NOOPT")
 _SETTINGS_THAT_DO_NOT = ("FUNCGRAD_CACHE", "FUNCGRAD_DATA", "FUNCGRAD_PLAN_CACHE")
@@ -524,30 +523,6 @@ class _NumberingUnpickler(pickle.Unpickler):
         return var
 
 
-def _read_checked(path: Path) -> bytes | None:
-    """The payload of a file written by ``_write_checked``, or None when it is missing or damaged."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    header = len(_PLAN_MAGIC) + _CHECKSUM_BYTES + 8
-    if len(data) < header or not data.startswith(_PLAN_MAGIC):
-        return None
-    checksum = data[len(_PLAN_MAGIC):len(_PLAN_MAGIC) + _CHECKSUM_BYTES]
-    length = int.from_bytes(data[header - 8:header], "little")
-    payload = data[header:]
-    if len(payload) != length or hashlib.sha256(payload).digest() != checksum:
-        return None
-    return payload
-
-
-def _write_checked(path: Path, payload: bytes) -> None:
-    """Write magic, checksum, length and payload atomically (temporary file, ``os.replace``). No
-    fsync: a file a crash leaves damaged fails its checksum and is rebuilt."""
-    entry = _PLAN_MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
-    write_atomically(path, entry)
-
-
 class PlanDiskCache:
     """Compiled plans on disk, one checksummed file per (IR structure, device and its fingerprint,
     funcgrad's code version, code-changing settings). A missing, unreadable, corrupt or stale entry
@@ -579,7 +554,7 @@ class PlanDiskCache:
         started = time.perf_counter()
         header = self.header(structure, device.name)
         path = self.path(header)
-        payload = _read_checked(path)
+        payload = read_checked(path, _PLAN_MAGIC)
         if payload is None:
             self.stats["rejected"] += path.exists()
             PHASE_SECONDS["plan_load"] += time.perf_counter() - started
@@ -620,7 +595,8 @@ class PlanDiskCache:
                 _NumberingPickler(buffer, _boundary(plan.ir)).dump((header, plan.steps, tokens))
             except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
                 return False
-            _write_checked(self.path(header), buffer.getvalue())
+            # no fsync: a file a crash leaves damaged fails its checksum and is rebuilt
+            write_atomically(self.path(header), checked_entry(_PLAN_MAGIC, buffer.getvalue()))
             if self.stats["stored"] % TRIM_EVERY == 0:
                 self.trim()
             self.stats["stored"] += 1
