@@ -12,7 +12,7 @@
 from funcgrad.util import tree
 from funcgrad import lazy as _lazy  # registers the core's eager handler before anything computes a value
 from funcgrad import devices  # a package, callable as fg.devices() (see funcgrad/devices/__init__.py)
-from funcgrad.devices import Device, device_put
+from funcgrad.devices import Device
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, ShapedArray
 from funcgrad.ir.tracing import ConcretizationError, EscapedTracerError, TracerError
@@ -31,6 +31,7 @@ from funcgrad import nn
 from funcgrad import datasets
 from funcgrad.util import config  # fg.config.update("debug_nans", True), as jax.config
 from funcgrad.nan_check import debug_infs, debug_nans
+from funcgrad.placement import device_put
 
 remat = checkpoint
 

@@ -25,7 +25,7 @@ def live_counts() -> dict[str, int]:
     """
     from funcgrad import lower
     from funcgrad.devices import _INSTANCES
-    from funcgrad.devices.cpu import LIVE_ENGINES
+    from funcgrad.devices.cpu_engines import LIVE_ENGINES
     from funcgrad.jit_runtime import LIVE_JITTED
     from funcgrad.lazy import LazyBuffer
     from funcgrad.lower import plan
@@ -38,7 +38,7 @@ def live_counts() -> dict[str, int]:
         "lazy_bytes": sum(b.array.nbytes for b in buffers if b.array is not None),
         "plans": len(plan._PLANS),
         "jit_plans": len(lower._JIT_PLANS),
-        "kernels": sum(len(getattr(device, "memory_cache", ())) for device in list(_INSTANCES.values())),
+        "kernels": sum(len(device.memory_cache) for device in list(_INSTANCES.values())),
         "engines": len(LIVE_ENGINES),
         "jit_functions": len(jitted),
         "jit_traces": sum(len(f._cache) for f in jitted),

@@ -405,7 +405,8 @@ class Lowered:
         return self._plan().kernel_infos()
 
     def _plan(self) -> Any:
-        from funcgrad.lower import compile_plan, default_device
+        from funcgrad.devices import default_device
+        from funcgrad.lower import compile_plan
         return compile_plan(self.ir, default_device())
 
     def compile(self) -> Compiled:

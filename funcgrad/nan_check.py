@@ -33,6 +33,7 @@ import numpy as np
 from funcgrad.core.tensor import register_source_recorder
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Eqn, Literal, Var
+from funcgrad.lower import hooks
 from funcgrad.util.config import config, nonfinite_checks
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -219,3 +220,7 @@ def check_step(ir: IR, step: Any, read: Callable[[Var], np.ndarray], checks: Seq
         raise FloatingPointError(
             f"debug_{kind.lower()}s: `{culprit.primitive.name}` produced {_A[kind]} {kind} from inputs without one "
             f"({label}),\n  {source.describe()}")
+
+
+hooks.register_step_checker(check_step)  # plans call it after each step while the checks are on
+hooks.register_rename_hook(carry_source)  # inlining a jit call keeps each value's source line

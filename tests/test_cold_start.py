@@ -12,7 +12,7 @@ import funcgrad.numpy as fnp
 from funcgrad.ir import dtypes
 from funcgrad.lower import kernel as K
 from funcgrad.lower import plan
-from funcgrad.lower.render_llvm import substitute
+from funcgrad.lower.render_loops import substitute
 
 FILLS = [((3, 4), 0.0, np.float32), ((2, 5), -0.0, np.float32), ((7,), float("nan"), np.float64), ((2, 2), 7, np.int8),
          ((4, 1, 3), True, np.bool_), ((), 2.5, np.float16), ((0, 3), 1.0, np.float32), ((3,), 1.5, dtypes.bfloat16)]

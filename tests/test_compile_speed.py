@@ -15,12 +15,13 @@ import pytest
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
-from funcgrad.devices import cpu
+from funcgrad.devices import cpu, cpu_threads
 from funcgrad.devices import cpu_compiler as compiler
 from funcgrad.lower import render_tile
 from funcgrad.lower.kernel import Kernel, Opt
 from funcgrad.lower.optimize import optimize
-from funcgrad.lower.render_llvm import SHORT_PARTIAL, llvm_function_name, render_llvm
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import SHORT_PARTIAL, llvm_function_name
 from tests.test_cpu_compiler import erf_kernel
 from tests.test_render_tile import assert_matches_reference, kernels_of, product_kernel, random_inputs, tiled
 
@@ -225,7 +226,7 @@ def test_kernels_differing_only_in_name_and_size_compile_once(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """An elementwise loop runs over [start, end): a 64- and a 32-element Adam update of two biases
     are the same code (shared_source), compiled once, each run over its own size."""
-    monkeypatch.setattr(cpu, "thread_count", lambda: 2)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: 2)
     small, large = adam_like_kernel(5000), adam_like_kernel(7000)
     large = attrs.evolve(large, name="renamed_update")
     assert render_llvm(small) != render_llvm(large)
@@ -345,7 +346,7 @@ def test_waiting_kernels_compile_heaviest_first(tmp_path: Path, monkeypatch: pyt
     next (so the last compile is a short one and no thread idles while another finishes a long one)."""
     from concurrent.futures import ThreadPoolExecutor
     monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
-    monkeypatch.setattr(cpu, "thread_count", lambda: 2)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: 2)
     kernels = [product_kernel(4, 16, 16), tiled(product_kernel(64, 256, 128, epilogue=True), 64, 6),
                adam_like_kernel(5000), erf_kernel("erf_to_order")]
 

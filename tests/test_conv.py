@@ -20,7 +20,8 @@ import pytest
 import funcgrad as fg
 from funcgrad import lax
 from funcgrad.ir.primitives import conv_general_dilated_p
-from funcgrad.lower.render_llvm import reduce_outer, render_llvm
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import reduce_outer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import assert_close, check_both_modes  # noqa: E402

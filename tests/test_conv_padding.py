@@ -31,7 +31,8 @@ from funcgrad.ir.core import ShapedArray
 from funcgrad.lower import render_tile
 from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, alu, const, evaluate_kernel, load, var, where
 from funcgrad.lower.optimize import optimize
-from funcgrad.lower.render_llvm import _FunctionBuilder, render_llvm
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import _FunctionBuilder
 from funcgrad.lower.schedule import KernelStep, inline_calls, schedule
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from funcgrad.devices import cpu
+from funcgrad.devices import cpu, cpu_target
 from funcgrad.devices import cpu_compiler as compiler
 from funcgrad.lower.kernel import evaluate_kernel
-from funcgrad.lower.render_llvm import llvm_function_name, render_llvm
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import llvm_function_name
 from tests.test_render_llvm import alu, elementwise_kernel, g, load, reduction_kernel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -183,7 +184,7 @@ def test_the_worker_target_falls_back_to_mcjit_for_objects_the_loader_refuses(
     def refuse(code: bytes, name: str) -> tuple[compiler.CodeMemory, int]:
         raise compiler.UnsupportedObject("refused for the test")
 
-    monkeypatch.setattr(cpu, "load_object", refuse)
+    monkeypatch.setattr(cpu_target, "load_object", refuse)
     engine, address = target.load(object_code, llvm_function_name(kernel))
     assert not isinstance(engine, compiler.CodeMemory)
     x = np.linspace(-1, 1, 1000, dtype=np.float32)
@@ -210,7 +211,7 @@ def test_compiler_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("FUNCGRAD_COMPILER", "threads")
     with pytest.raises(ValueError, match="FUNCGRAD_COMPILER must be 'worker' or 'inprocess', got 'threads'"):
         cpu.compiler_mode()
-    monkeypatch.setattr(cpu, "worker_supported", lambda: False)
+    monkeypatch.setattr(cpu_target, "worker_supported", lambda: False)
     monkeypatch.setenv("FUNCGRAD_COMPILER", "worker")
     assert cpu.compiler_mode() == "inprocess", "where the loader cannot run, LLVM stays in this process"
 

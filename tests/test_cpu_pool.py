@@ -17,7 +17,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.nn.functional as F
 import funcgrad.numpy as fnp
-from funcgrad.devices import Device, cpu_pool
+from funcgrad.devices import Device, cpu_pool, cpu_threads
 from funcgrad.devices import cpu as cpu_module
 from funcgrad.devices.cpu import CompiledKernel, CPUDevice
 from funcgrad.lower.kernel import Kernel
@@ -199,7 +199,7 @@ def test_a_caller_that_waits_sleeps_and_the_worker_wakes_it(tmp_path: Path) -> N
 
 
 def test_without_workers_the_caller_runs_every_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_module, "thread_count", lambda: 1)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: 1)
     monkeypatch.setenv("FUNCGRAD_NATIVE_POOL", "1")
     cpu_pool.reset_native_pool()
     try:

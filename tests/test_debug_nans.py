@@ -12,7 +12,8 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import nan_check
-from funcgrad.lower.plan import Plan, ReferenceDevice, compile_plan
+from funcgrad.devices.reference import ReferenceDevice
+from funcgrad.lower.plan import Plan, compile_plan
 from funcgrad.util import config
 
 
@@ -53,14 +54,14 @@ def test_nothing_is_recorded_and_plans_are_shared_when_off():
     y.numpy()
     assert len(nan_check._SOURCES) == before
     ir = fg.make_ir(lambda x: fnp.exp(x) + 1)(fg.Tensor([1.0]))
-    device = fg.lower.default_device()
+    device = fg.devices.default_device()
     assert compile_plan(ir, device) is compile_plan(ir, device)
 
 
 def test_plans_are_not_shared_while_checking():
     """A cached plan's IR is another graph's: its source lines would be wrong."""
     ir = fg.make_ir(lambda x: fnp.exp(x) + 1)(fg.Tensor([1.0]))
-    device = fg.lower.default_device()
+    device = fg.devices.default_device()
     with fg.debug_nans():
         assert compile_plan(ir, device) is not compile_plan(ir, device)
 

@@ -20,9 +20,9 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import Tensor, lazy, nn
 from funcgrad import jit_runtime as jit_module
-from funcgrad.devices import get_device
+from funcgrad.devices import default_device, get_device
 from funcgrad.lazy import DeviceMismatchError, LazyBuffer
-from funcgrad.lower import default_device, jit_plan
+from funcgrad.lower import jit_plan
 from funcgrad.lower.plan import data_address
 from funcgrad.lower.schedule import HostStep
 

@@ -20,6 +20,7 @@ from funcgrad import Tensor, lower, nn
 from funcgrad import jit_runtime as jit_module
 from funcgrad.debug import live_counts
 from funcgrad.devices import cpu, get_device
+from funcgrad.devices.reference import ReferenceDevice
 from funcgrad.lower import plan
 from funcgrad.util.caches import LRUCache, cache_size
 
@@ -212,7 +213,7 @@ def test_evicted_kernels_keep_working_in_cached_plans(tmp_path):
     gc.collect()
     assert len(cpu.LIVE_ENGINES) <= engines - 3, "the evicted kernels' engines are released with their plans"
     assert cpu._RETIRED_ENGINES, "... and queued to be freed under the LLVM lock"
-    kept = cpu.CPUDevice(tmp_path / "other").compile(plan.Plan(programs[0], plan.ReferenceDevice()).kernels[0])
+    kept = cpu.CPUDevice(tmp_path / "other").compile(plan.Plan(programs[0], ReferenceDevice()).kernels[0])
     assert kept.origin == "compiled" and not cpu._RETIRED_ENGINES, "the next load or compile frees them"
 
 

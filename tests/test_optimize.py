@@ -16,6 +16,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad.devices import cpu as cpu_module
+from funcgrad.devices import cpu_threads
 from funcgrad.devices.cpu import CPUDevice
 from funcgrad.lower import optimize as optimize_module
 from funcgrad.lower.kernel import Kernel, Opt, evaluate_kernel
@@ -56,7 +57,7 @@ def softmax(x: Any) -> Any:
 
 @pytest.fixture
 def two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_module, "thread_count", lambda: 2)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: 2)
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +111,7 @@ def test_inline_float32_exp_counts_less_towards_threads(two_cpus: None, op: Call
 
 
 def test_one_cpu_means_no_thread_opt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_module, "thread_count", lambda: 1)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: 1)
     assert heuristic_opts(only_kernel(lambda x: fnp.tanh(x) * 3 + 1, f32(1000, 700))) == ()
 
 

@@ -21,6 +21,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad.devices import cpu as cpu_module
+from funcgrad.devices import cpu_threads
 from funcgrad.devices.cpu import CPUDevice
 from funcgrad.ir.core import IR
 from funcgrad.lower import plan as plan_module
@@ -168,9 +169,9 @@ def test_a_code_changing_setting_keeps_plans_apart(fresh_process: None, monkeypa
 def test_a_plan_stored_with_fewer_cpus_is_not_reused_with_more(fresh_process: None, monkeypatch: pytest.MonkeyPatch,
                                                                tmp_path: Path) -> None:
     # kernels' thread opts count the CPUs: a plan stored under `taskset -c 0` must not run one thread later
-    monkeypatch.setattr(cpu_module, "thread_count", lambda: 1)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: 1)
     run(make_ir(), CPUDevice(cache_dir=tmp_path))
-    monkeypatch.setattr(cpu_module, "thread_count", lambda: 2)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: 2)
     device = CPUDevice(cache_dir=tmp_path)
     assert device.plan_cache is not None
     structure = plan_module.structure_key(make_ir())

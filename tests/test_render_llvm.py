@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from funcgrad.devices import cpu as cpu_module
+from funcgrad.devices import cpu_threads
 from funcgrad.devices.cpu import PARALLEL_MIN_WORK, CPUDevice, KernelCompileError
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import ShapedArray
@@ -408,7 +409,7 @@ def test_large_kernels_are_split_across_threads(device: CPUDevice) -> None:
                     (alu("add", alu("mul", x, x), const(1, np.float32)),))
     compiled = device.compile(kernel)
     assert compiled.work >= PARALLEL_MIN_WORK
-    assert compiled.parallel == (cpu_module.thread_count() > 1)
+    assert compiled.parallel == (cpu_threads.thread_count() > 1)
     values = np.random.default_rng(13).standard_normal((rows, cols)).astype(np.float32)
     out = np.empty_like(values)
     compiled([values], [out])
@@ -585,7 +586,7 @@ def test_matrix_products_use_the_reduce_outer_loop_order_and_stay_exact_enough()
     row sums (contiguous along the reduction) keep the plain order; both match the reference."""
     import funcgrad as fg
     import funcgrad.numpy as fnp
-    from funcgrad.lower.render_llvm import reduce_outer
+    from funcgrad.lower.render_loops import reduce_outer
     from funcgrad.lower.schedule import KernelStep, schedule
 
     rng = np.random.default_rng(5)
@@ -685,7 +686,7 @@ def test_compile_many_compiles_each_source_once_in_parallel(tmp_path: Path, monk
     kernels = [elementwise_kernel(f"k_{op}", [dtypes.float32], [alu(op, load(0, g(), dtypes.float32))], n=1 << 13)
                for op in ops]
     kernels.append(kernels[1])  # a twin: compiled once
-    monkeypatch.setattr(cpu_module, "thread_count", lambda: 2)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: 2)
     compiled = device.compile_many(kernels)
     assert device.stats["compiled"] == len(ops)
     x = np.abs(sample(dtypes.float32, n=1 << 13)) + 0.5

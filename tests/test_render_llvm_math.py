@@ -11,7 +11,7 @@ import pytest
 
 from funcgrad.devices.cpu import CPUDevice
 from funcgrad.ir.core import ShapedArray
-from funcgrad.lower import render_llvm as render_llvm_module
+from funcgrad.lower import render_loops as render_llvm_module  # the plain loops and their hints
 from funcgrad.lower.kernel import Kernel, alu, load, var
 from funcgrad.lower.render_llvm import render_llvm
 

@@ -27,8 +27,9 @@ from replay.record import (
 )
 
 import funcgrad as fg
-from funcgrad.devices import cpu
-from funcgrad.lower.plan import Plan, ReferenceDevice
+from funcgrad.devices import cpu, cpu_threads
+from funcgrad.devices.reference import ReferenceDevice
+from funcgrad.lower.plan import Plan
 from funcgrad.lower.schedule import KernelStep
 
 MAX_DIFF_LINES = 200
@@ -165,7 +166,7 @@ def test_cpu_recordings_hold_what_the_cpu_device_compiles(name: str, tmp_path: P
     no BEAM choice stored (an empty cache folder) and the recorded thread count."""
     monkeypatch.delenv("BEAM", raising=False)
     monkeypatch.setenv("FUNCGRAD_CACHE", str(tmp_path))
-    monkeypatch.setattr(cpu, "thread_count", lambda: RECORDED_CPU_THREADS)
+    monkeypatch.setattr(cpu_threads, "thread_count", lambda: RECORDED_CPU_THREADS)
     device = cpu.CPUDevice(tmp_path)
     compiled_digests = [hashlib.sha256(device.render(step.kernel).encode()).hexdigest()
                         for step in program_steps(name, device.row_reductions) if isinstance(step, KernelStep)]

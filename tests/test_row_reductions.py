@@ -16,11 +16,13 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad.devices.cpu import CPUDevice
+from funcgrad.devices.reference import ReferenceDevice
 from funcgrad.ir.core import IR
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.lower.kernel import Kernel
-from funcgrad.lower.plan import Plan, ReferenceDevice
-from funcgrad.lower.render_llvm import loop_variables, render_llvm
+from funcgrad.lower.plan import Plan
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import loop_variables
 from funcgrad.lower.schedule import KernelStep, schedule
 
 RNG = np.random.default_rng(7)

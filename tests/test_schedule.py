@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+from funcgrad.devices.reference import ReferenceDevice
 from funcgrad.ir.core import IR
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.lower.kernel import Kernel, evaluate_kernel
-from funcgrad.lower.plan import Plan, ReferenceDevice
+from funcgrad.lower.plan import Plan
 from funcgrad.lower.schedule import HostStep, KernelStep, schedule
 
 

@@ -1,8 +1,9 @@
 """Devices: where kernels run, and the registry that names them.
 
 A device compiles a ``funcgrad.lower.kernel.Kernel`` into a callable ``compiled(inputs, outputs)``
-that writes into preallocated C-contiguous arrays (see ``funcgrad.lower.plan.Device``); a device
-with its own memory (``resident = True``) also moves buffers, so a plan keeps its intermediates there.
+that writes into preallocated C-contiguous arrays (see ``funcgrad.lower.device.Device``, the protocol
+every device subclasses); a device with its own memory (``resident = True``) also moves buffers, so a
+plan keeps its intermediates there.
 
 The registry maps a name to a module holding the device class and an availability ``probe()``
 that returns ``(ok, reason)`` without raising: a missing package, no platform or no driver is a
@@ -13,7 +14,7 @@ reason, not a crash. Modules are imported only when a device is probed or used.
     CL         funcgrad.devices.opencl       OpenCL C through pyopencl (PoCL, a GPU, ...)
     CUDA       funcgrad.devices.cuda         CUDA C (added by its own module)
     WEBGPU     funcgrad.devices.webgpu       WGSL through wgpu (added by its own module)
-    REFERENCE  (built in)                    the NumPy kernel evaluator, for tests
+    REFERENCE  funcgrad.devices.reference    the NumPy kernel evaluator, for tests
 
 ``Device.DEFAULT`` is ``$DEVICE`` when set, else the best available device (CUDA, then an OpenCL
 GPU, then the CPU). ``devices()`` lists every registered device and why an unusable one is not.
@@ -36,8 +37,10 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Device", "DeviceInfo", "DeviceUnavailableError", "available_devices", "canonical_name", "device_put",
-           "devices", "get_device", "register_device", "register_module"]
+from funcgrad.lower.device import set_optimizer_target
+
+__all__ = ["Device", "DeviceInfo", "DeviceUnavailableError", "available_devices", "canonical_name", "default_device",
+           "devices", "get_device", "register_device", "register_module", "set_default_device"]
 
 
 class DeviceUnavailableError(ValueError):
@@ -194,22 +197,18 @@ class Device(metaclass=_DeviceMeta):
         return canonical_name(name)
 
 
-def device_put(x: Any, device: str | None = None) -> Any:
-    """``x`` (a Tensor, array-like, or a pytree of them) placed on ``device`` (default:
-    ``Device.DEFAULT``) and committed there, as ``Tensor.to`` does.
+def default_device() -> Any:
+    """The device object lazy Tensors and jit run on by default: ``Device.DEFAULT``'s."""
+    return get_device(None)
 
-    >>> import funcgrad as fg
-    >>> fg.device_put({"w": fg.numpy.ones(2)}, "CPU")["w"].device
-    'CPU'
-    """
-    from funcgrad.util import tree
-    from funcgrad.core.tensor import Tensor
-    target = Device.DEFAULT if device is None else device
 
-    def put(leaf: Any) -> Any:
-        return leaf.to(target) if isinstance(leaf, Tensor) else Tensor(leaf, device=target)
-
-    return tree.map(put, x)
+def set_default_device(device: Any) -> None:
+    """Make ``device`` (a registered name, or a device object, which is registered under its name) the default."""
+    if not isinstance(device, str):
+        instance = device
+        register_device(instance.name, lambda: instance, lambda: (True, "set as the default"))
+        device = instance.name
+    Device.DEFAULT = device
 
 
 def _choose_default() -> str:
@@ -238,11 +237,13 @@ def _prefers_itself(name: str) -> bool:
 
 
 def _reference_device() -> Any:
-    from funcgrad.lower.plan import ReferenceDevice
+    from funcgrad.devices.reference import ReferenceDevice
     return ReferenceDevice()
 
 
 register_module("CPU", "funcgrad.devices.cpu", "CPUDevice")
+# the kernel optimiser's machine (lower cannot import a device): this CPU's, loaded on first use
+set_optimizer_target(lambda: importlib.import_module("funcgrad.devices.cpu").OPTIMIZER_TARGET)
 register_module("CL", "funcgrad.devices.opencl", "OpenCLDevice", priority=10)  # preferred on a GPU only
 register_module("CUDA", "funcgrad.devices.cuda", "CUDADevice", priority=20)
 register_module("WEBGPU", "funcgrad.devices.webgpu", "WebGPUDevice")

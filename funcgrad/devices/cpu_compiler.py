@@ -58,20 +58,20 @@ class PassList:
 PIPELINES: dict[int, tuple[int, tuple[tuple[str, bool], ...]] | PassList] = {
     0: (0, ()),  # small kernels: no optimisation
     # O2, for plain i-k-j loops over a short reduction (cpu.optimization_level): O3's more eager full
-    # unroller flattens their 10 passes over 576-wide stack rows (the CNN's r_sum_512_576: 23 KB of
-    # code, 0.29 s of LLVM at O3; 7.7 KB, 0.08 s here, as fast and the same bits)
+    # unroller flattens their 10 passes over 576-wide stack rows into several times the code and LLVM
+    # time of O2's, which runs as fast with the same bits (docs/performance.md)
     2: (2, ()),
     3: (3, ()),  # O3
     # O1 without LLVM's loop unroller, for register tiles (funcgrad.lower.render_tile), which are
     # unrolled and vectorised already: O3's unrolling and extra passes only make code to compile
-    # (the MLP's 256x784 @ 784x512 tile: 64 ms of LLVM at O3, 32 ms here, as fast; a 2048 matmul's
-    # inner loop is the same code as O3's without its 2x unrolling); and small elementwise kernels;
+    # (half O3's LLVM time on the MLP's tile, as fast; a 2048 matmul's inner loop is the same code as
+    # O3's without its 2x unrolling); and small elementwise kernels;
     # see cpu.optimization_level
     4: (1, (("loop_unrolling", False),)),
     # SROA alone (the renderer's stack counters and accumulators become registers), for register tiles
     # whose every loop the renderer wrote on vectors (render_tile.explicitly_vectorised): code generation
-    # does the rest (strength reduction, machine LICM, scheduling). The MLP's 8 tiles: 250 ms of LLVM CPU at
-    # pipeline 4, 122 ms here, as fast and the same bits (docs/architecture.md, "LLVM time")
+    # does the rest (strength reduction, machine LICM, scheduling): about half pipeline 4's LLVM time, as
+    # fast and the same bits (docs/performance.md; docs/architecture.md, "LLVM time")
     5: PassList(("sroa",)),
 }
 
@@ -79,8 +79,8 @@ class _SkippableLock:
     """Stands in for the re-entrant lock inside llvmlite's ``ffi.lib`` lock, which llvmlite takes
     around every LLVM call of the process (its objects share LLVM's global context by default). A
     thread that compiles in a context and target machine of its own (``LLVMCompiler.compile``) shares
-    nothing with the others, so it skips the lock, and kernels compile on every CPU at once (23 MLP
-    kernels: 0.61 s on one CPU, 0.29 s on two; with the lock, 0.61 s however many threads). Every
+    nothing with the others, so it skips the lock, and kernels compile on every CPU at once (with the
+    lock, a plan takes as long however many threads compile it: docs/performance.md). Every
     other thread and call still takes the real lock, and so does a garbage collection, which may
     free any thread's llvmlite objects (``gc.callbacks``)."""
 

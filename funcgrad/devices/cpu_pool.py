@@ -7,18 +7,19 @@
 
 Each worker is a Python daemon thread that calls ``fg_pool_worker(state)`` once through ctypes (which
 releases the GIL) and stays in native code: it spins on the ticket (``pause`` between polls) and runs
-chunks as they come, with no GIL and no Python: the second chunk starts ~0.1-0.4 us after the first,
-against 5-9 us with a Python queue (``cpu._WorkerPool``) whose worker has just finished and 13-35 us
-for one idle for 0.5-2 ms (medians, measured with CLOCK_MONOTONIC in the chunks). After
-``FUNCGRAD_POOL_SPIN_US`` microseconds without work (default 200) it sleeps on a futex, and a launch
-that finds sleepers wakes them (~15-20 us here). The launching thread spins for the workers' chunks
+chunks as they come, with no GIL and no Python: the second chunk starts far sooner after the first
+than with a Python queue (``cpu_threads._WorkerPool``), whether its worker has just finished or has
+been idle (docs/performance.md). After ``FUNCGRAD_POOL_SPIN_US`` microseconds without work (default
+200) it sleeps on a futex, and a launch that finds sleepers wakes them (slower than a spinning
+worker's start, faster than the Python queue's). The launching thread spins for the workers' chunks
 up to ``CALLER_SPIN_US``, then sleeps until the worker that finishes a chunk wakes it.
 
 Spinning costs CPU time, not speed: a spinning worker does not slow the caller's thread (measured on
 memory- and compute-bound NumPy work), but it keeps a CPU from other processes for its budget after
 each threaded kernel. Under SCHED_FIFO (``chrt``) with other runnable processes on the machine, the
-kernel stops a thread that spins through its CPU for ~50 ms about once a second (the MLP step: 1-4
-steps in 600 took ~57 ms; with the Python pool none): medians are unaffected, means are not.
+kernel stops a thread that spins through its CPU for tens of milliseconds about once a second (a few
+MLP steps in hundreds then take that long; with the Python pool none): medians are unaffected, means
+are not.
 
 The ticket packs (job number << 32 | chunks << 16 | next unclaimed chunk): the caller and the workers
 claim chunks by incrementing it, so whoever is free runs the next chunk (a late or asleep worker leaves
@@ -31,7 +32,7 @@ entry of their own.
 One launch at a time uses the pool: a second thread that finds it busy runs its chunks itself. A
 forked child gets a fresh pool. x86-64 Linux only (futex, ``pause``); elsewhere and with
 ``FUNCGRAD_NATIVE_POOL=0`` the Python pool runs threaded kernels. The module is compiled once per
-machine (~20 ms) and kept under ``$FUNCGRAD_CACHE/native-pool``; a process builds its pool on a thread
+machine and kept under ``$FUNCGRAD_CACHE/native-pool``; a process builds its pool on a thread
 at its first threaded launch, and launches use the Python pool until it is ready.
 """
 
@@ -348,7 +349,7 @@ def pool_source() -> str:
                       _WORKER, _launch_source(), _SUPPORT])
 
 
-PIPELINE = 0  # no LLVM optimisation: 22 ms to compile (O2: 40 ms), once per machine; the hot loops are a few loads
+PIPELINE = 0  # no LLVM optimisation: half O2's compile time, once per machine; the hot loops are a few loads
 
 
 class NativePool:
@@ -359,7 +360,9 @@ class NativePool:
     """
 
     def __init__(self, workers: int, spin_us: float = DEFAULT_SPIN_US, caller_spin_us: float = CALLER_SPIN_US) -> None:
-        from funcgrad.devices.cpu import DiskCache, cache_root, host_target, keep_engine
+        from funcgrad.devices.cpu_disk_cache import DiskCache
+        from funcgrad.devices.cpu_engines import keep_engine
+        from funcgrad.devices.cpu_target import cache_root, host_target
         source = pool_source()
         cache = DiskCache(cache_root() / "native-pool")  # apart from the kernels' folder (and its trims)
         key = cache.key(source)
@@ -456,8 +459,8 @@ class _Process:
     def build(self) -> None:
         try:
             if os.environ.get("FUNCGRAD_NATIVE_POOL", "1") != "0" and supported():
-                from funcgrad.devices.cpu import thread_count
-                self.pool = NativePool(thread_count() - 1, spin_microseconds())
+                from funcgrad.devices import cpu_threads
+                self.pool = NativePool(cpu_threads.thread_count() - 1, spin_microseconds())
         except ValueError as error:  # a bad FUNCGRAD_POOL_SPIN_US
             print(f"funcgrad: the native worker pool is off: {error}", file=sys.stderr)
         except (RuntimeError, OSError) as error:
@@ -484,7 +487,7 @@ def native_pool(wait: bool = True) -> NativePool | None:
     """This process's native pool, built on first call; None where it is off (``FUNCGRAD_NATIVE_POOL=0``),
     unsupported, or failed to build (DEBUG=1 says why): threaded kernels then use the Python pool.
     ``wait=False`` (kernel launches) does not wait for the build: it runs on a thread of its own
-    (a cold machine compiles the module, ~20 ms) and None is returned until it is done."""
+    (a cold machine compiles the module) and None is returned until it is done."""
     process = _PROCESS
     if process.ready.is_set():
         return process.pool

@@ -27,6 +27,7 @@ import attrs
 import numpy as np
 
 from funcgrad.ir.core import ShapedArray
+from funcgrad.lower.device import Device
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.plan import run_on_host_arrays
 from funcgrad.lower.render_c import kernel_function_name
@@ -153,7 +154,7 @@ class CUDAArray:
     nbytes: int
 
 
-class CUDADevice:
+class CUDADevice(Device):
     """Runs kernels on the first CUDA GPU (see the module docstring).
 
     >>> device = CUDADevice()  # doctest: +SKIP

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad.ir.core import ShapedArray
+from funcgrad.lower.device import Device
 from funcgrad.lower.kernel import Kernel, UnsupportedDtypeError
 from funcgrad.lower.render_c import WORK_GROUP, kernel_function_name, render_opencl
 from funcgrad.util.caches import LRUCache, cache_size
@@ -121,7 +122,7 @@ def _bytes_of(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-class OpenCLDevice:
+class OpenCLDevice(Device):
     """Compiles kernels to OpenCL C and runs them with pyopencl (see the module docstring)."""
 
     name = "CL"

@@ -28,6 +28,7 @@ import attrs
 import numpy as np
 
 from funcgrad.ir.core import ShapedArray
+from funcgrad.lower.device import Device
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.plan import run_on_host_arrays
 from funcgrad.lower.render_wgsl import (
@@ -169,7 +170,7 @@ def dispatch_grid(size: int) -> tuple[int, int, int]:
 SOFTWARE_MAX_REDUCTION = 32768  # values one invocation reduces on a Mesa software adapter (cap: 65,535 iterations)
 
 
-class WebGPUDevice:
+class WebGPUDevice(Device):
     """Runs kernels as WGSL compute shaders (see the module docstring).
 
     >>> device = WebGPUDevice()  # doctest: +SKIP

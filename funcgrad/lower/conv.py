@@ -37,7 +37,7 @@ from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.core import IR, Eqn, Literal, Var
 
-FAST_ROW = 16  # render_llvm.reduce_outer: the i-k-j order needs a last output axis of at least this length
+FAST_ROW = 16  # render_loops.reduce_outer: the i-k-j order needs a last output axis of at least this length
 SPLIT_REDUCTION = 16384  # contractions longer than this are split along the feature axis (split-K)
 CHUNK_REDUCTION = 4096  # ... into chunks of at least this many terms
 

@@ -34,8 +34,9 @@ import attrs
 import ml_dtypes
 import numpy as np
 
+from funcgrad.lower.device import optimizer_target
 from funcgrad.lower.kernel import OPT_ACTIONS, Kernel, Opt, dtype_class
-from funcgrad.lower.render_llvm import (
+from funcgrad.lower.render_loops import (
     MAX_ROW,
     ROW_BLOCK,
     SHORT_ROW,
@@ -82,8 +83,7 @@ def _transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
 
 
 def _threads(kernel: Kernel) -> int:
-    from funcgrad.devices.cpu import heuristic_threads
-    return heuristic_threads(kernel)
+    return optimizer_target().heuristic_threads(kernel)
 
 
 def heuristic_opts(kernel: Kernel, tile: bool = True) -> tuple[Opt, ...]:
@@ -136,7 +136,7 @@ def _innermost_swap(kernel: Kernel) -> list[Opt]:
     convolution's result read in NCHW order (bias + ReLU, pooling) otherwise walks memory with a
     stride of the channel count."""
     from funcgrad.lower.kernel import _affine, var
-    from funcgrad.lower.render_llvm import _loads
+    from funcgrad.lower.render_loops import _loads
     rank = len(kernel.shape)
     if rank < 3 or int(np.prod(kernel.reduce_shape)) > SWAP_MAX_REDUCE:
         return []
@@ -283,16 +283,15 @@ _REMEMBERED: dict[str, tuple[Opt, ...]] = {}  # cache path -> opts, for this pro
 def beam_cache_path(kernel: Kernel) -> Path:
     """Where the BEAM choice for ``kernel`` lives: keyed by its text without opts, the device and
     the host CPU, under the kernel cache folder (``FUNCGRAD_CACHE``)."""
-    from funcgrad.devices.cpu import DiskCache, host_target
+    target = optimizer_target()
     text = str(attrs.evolve(kernel, opts=None))
-    key = hashlib.sha256(f"{BEAM_FORMAT}\nCPU\n{host_target().cpu}\n{text}".encode()).hexdigest()
-    return DiskCache().folder.parent / "beam" / f"{key}.json"
+    key = hashlib.sha256(f"{BEAM_FORMAT}\nCPU\n{target.cpu_name()}\n{text}".encode()).hexdigest()
+    return target.cache_folder().parent / "beam" / f"{key}.json"
 
 
 def cached_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     """The stored BEAM choice for ``kernel``, or None (also for an unreadable or invalid file)."""
-    from funcgrad.devices.cpu import DiskCache
-    if not _REMEMBERED and not (DiskCache().folder.parent / "beam").is_dir():
+    if not _REMEMBERED and not (optimizer_target().cache_folder().parent / "beam").is_dir():
         return None  # none stored: do not wait for the compiler worker's name of the host CPU (the key)
     path = beam_cache_path(kernel)
     remembered = _REMEMBERED.get(str(path))
@@ -332,7 +331,6 @@ def neighbours(kernel: Kernel, opts: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
     dropped. A register tile's neighbours are the other tile shapes and reduction blocks of
     ``render_tile.tile_candidates`` (with the same thread choice); a blocked transpose's, the plain
     loops."""
-    from funcgrad.devices.cpu import thread_count
     if any(opt.action == "transpose" for opt in opts):  # the blocked transpose, or the plain loops
         plain = tuple(opt for opt in heuristic_opts(kernel, tile=False) if opt.action != "thread")
         thread_opts = tuple(opt for opt in opts if opt.action == "thread")
@@ -366,7 +364,7 @@ def neighbours(kernel: Kernel, opts: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
     variants += [[*_without(opts, "vectorize"), Opt("vectorize", 0, width)] for width in WIDTHS]
     if kernel.shape and kernel.shape[0] > 1:
         variants.append(_without(opts, "thread"))
-        threads = min(thread_count(), kernel.shape[0])
+        threads = min(optimizer_target().thread_count(), kernel.shape[0])
         if threads > 1:
             variants.append([*_without(opts, "thread"), Opt("thread", 0, threads)])
     found: list[tuple[Opt, ...]] = []
@@ -413,15 +411,10 @@ def outputs_match(got: Sequence[np.ndarray], want: Sequence[np.ndarray], reduce_
 
 def compile_for_timing(kernel: Kernel) -> Callable[[Sequence[np.ndarray], Sequence[np.ndarray]], None]:
     """Compile a candidate (at the optimisation level the kernel will really get) without
-    touching the device's caches."""
-    from funcgrad.devices import cpu
-    from funcgrad.lower.render_llvm import llvm_function_name, render_llvm
-    source = render_llvm(kernel)
-    target = cpu.host_target()
-    object_code = target.compile(source, cpu.optimization_level(kernel))
-    engine, address = target.load(object_code, llvm_function_name(kernel))
-    cpu.keep_engine(engine)
-    return cpu.CompiledKernel(kernel, source, address, "compiled", 0.0)
+    touching the device's caches (``OptimizerTarget.compile_for_timing``)."""
+    compiled: Callable[[Sequence[np.ndarray], Sequence[np.ndarray]], None] = \
+        optimizer_target().compile_for_timing(kernel)
+    return compiled
 
 
 def _time(run: Callable[[], None], timer: Callable[[], float], limit: float = float("inf")) -> float:
@@ -476,9 +469,8 @@ def beam_search(kernel: Kernel, width: int, budget_s: float | None = None, *,
     if stored is not None:
         return stored
     base = heuristic_opts(kernel)
-    from funcgrad.devices.cpu import SMALL_KERNEL_WORK
     iterations = int(np.prod(kernel.shape)) * max(1, int(np.prod(kernel.reduce_shape)))
-    if iterations < SMALL_KERNEL_WORK:
+    if iterations < optimizer_target().small_kernel_work:
         return base
     budget = beam_budget() if budget_s is None else budget_s
     deadline = timer() + budget

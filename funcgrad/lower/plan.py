@@ -34,25 +34,22 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import numpy as np
 
-from funcgrad import nan_check
 from funcgrad.ir.core import IR, Literal, Var
-from funcgrad.lower import pool
+from funcgrad.lower import hooks, pool
+from funcgrad.lower.device import Device
 from funcgrad.lower.fuse import fuse_siblings
-from funcgrad.lower.kernel import Kernel, evaluate_kernel
+from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
 from funcgrad.lower.split_reductions import split_long_reductions
-from funcgrad.util.caches import LRUCache, cache_size, write_atomically
+from funcgrad.util.caches import LRUCache, cache_size, checked_entry, read_checked, write_atomically
+from funcgrad.util.config import nonfinite_checks
 from funcgrad.util.debug import debug_level
 from funcgrad.util.version import code_version
-
-
-class CompiledKernel(Protocol):
-    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None: ...
 
 
 def run_on_host_arrays(compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
@@ -76,24 +73,6 @@ def run_on_host_arrays(compiled: Any, inputs: Sequence[np.ndarray], outputs: Seq
     compiled.launch([device.upload(np.ascontiguousarray(array)) for array in inputs], results)
     for out, buffer, aval in zip(outputs, results, kernel.out_avals):
         out.reshape(-1)[...] = device.download(buffer, aval).reshape(-1)
-
-
-class Device(Protocol):
-    name: str
-
-    def compile(self, kernel: Kernel) -> CompiledKernel: ...
-
-
-class ReferenceDevice:
-    """Runs kernels with the NumPy kernel evaluator (for tests and as a fallback)."""
-
-    name = "REFERENCE"
-
-    def compile(self, kernel: Kernel) -> CompiledKernel:
-        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-            for out, value in zip(outputs, evaluate_kernel(kernel, inputs)):
-                out[...] = value
-        return run
 
 
 @attrs.frozen
@@ -186,27 +165,21 @@ class Plan:
         ``PlanDiskCache.load``), take those instead."""
         started = time.perf_counter()
         self.ir = inline_calls(ir)  # the outputs of calls are renamed when their bodies are inlined
-        limit = getattr(device, "max_reduction", None)  # loop iterations one kernel invocation may run
+        limit = device.max_reduction  # loop iterations one kernel invocation may run
         if limit:
             self.ir = split_long_reductions(self.ir, limit)
         self.device = device
-        row_reductions = bool(getattr(device, "row_reductions", False))  # see schedule._materialized
+        row_reductions = bool(device.row_reductions)  # see schedule._materialized
         self.steps: list[Step] = schedule(self.ir, row_reductions) if restored is None else restored[0]
-        if restored is None and getattr(device, "fuse_siblings", False):
+        if restored is None and device.fuse_siblings:
             self.steps = fuse_siblings(self.steps)
         if restored is None:
             PHASE_SECONDS["schedule"] += time.perf_counter() - started
         kernel_steps = [step for step in self.steps if isinstance(step, KernelStep)]
         self.kernels = [step.kernel for step in kernel_steps]
-        compile_many = getattr(device, "compile_many", None)
-        if restored is not None:
-            compiled = restored[1]
-        elif compile_many is not None:
-            compiled = compile_many(self.kernels)
-        else:
-            compiled = [device.compile(k) for k in self.kernels]
+        compiled = restored[1] if restored is not None else device.compile_many(self.kernels)
         self.compiled = {id(step): kernel for step, kernel in zip(kernel_steps, compiled)}
-        self.resident = bool(getattr(device, "resident", False))
+        self.resident = bool(device.resident)
         self.release_after = _last_uses(self.ir, self.steps)
         self.replay = None if self.resident else self._replay_steps()
         if debug_level() >= 3:  # a device's compiled kernel carries the optimiser's opts
@@ -306,13 +279,12 @@ class Plan:
             slots[slot_of[var.id]] = value
 
     def kernel_infos(self) -> list[KernelInfo]:
-        render = getattr(self.device, "render", str)
-        return [KernelInfo(k.name, self.device.name, render(k), k) for k in self.kernels]
+        return [KernelInfo(k.name, self.device.name, self.device.render(k), k) for k in self.kernels]
 
     def run(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         if self.resident:
             return self._run_resident(args, consts)
-        if self.replay is not None and not debug_level() and not nan_check.active_checks():
+        if self.replay is not None and not debug_level() and not nonfinite_checks():
             return self._replay(args, consts)
         env: dict[int, np.ndarray] = {}
         for var, value in zip(self.ir.const_vars, self.ir.consts if consts is None else consts):
@@ -320,7 +292,7 @@ class Plan:
         for var, value in zip(self.ir.in_vars, args):
             env[var.id] = np.asarray(value)
         level = debug_level()
-        checks = nan_check.active_checks()  # FUNCGRAD_DEBUG_NANS / _INFS: () when off
+        checks = nonfinite_checks()  # FUNCGRAD_DEBUG_NANS / _INFS: () when off
         for position, step in enumerate(self.steps):
             started = time.perf_counter() if level >= 2 else 0.0
             rates = ""
@@ -339,7 +311,7 @@ class Plan:
             else:
                 label = _run_host(step, env)
             if checks:
-                nan_check.check_step(self.ir, step, lambda var: env[var.id], checks)
+                hooks.check_step(self.ir, step, lambda var: env[var.id], checks)
             for var_id in self.release_after[position]:  # intermediates nobody reads again
                 env.pop(var_id, None)
             if level >= 2:
@@ -374,7 +346,7 @@ class Plan:
             return host[var_id]
 
         level = debug_level()
-        checks = nan_check.active_checks()
+        checks = nonfinite_checks()
         for position, step in enumerate(self.steps):
             started = time.perf_counter() if level >= 2 else 0.0
             if isinstance(step, KernelStep):
@@ -389,7 +361,7 @@ class Plan:
                         to_host(atom.id)
                 label = _run_host(step, host)
             if checks:
-                nan_check.check_step(self.ir, step, lambda var: to_host(var.id), checks)
+                hooks.check_step(self.ir, step, lambda var: to_host(var.id), checks)
             for var_id in self.release_after[position]:
                 host.pop(var_id, None)
                 on_device.pop(var_id, None)
@@ -500,7 +472,6 @@ def _report_plan(plan: Plan, loaded: bool, seconds: dict[str, float], counts: di
 
 PLAN_CACHE_FORMAT = "funcgrad-plan-v1"
 _PLAN_MAGIC = b"FGPLAN1\n"
-_CHECKSUM_BYTES = 32
 # Settings that change what an IR compiles to (the kernel optimiser's), besides funcgrad's own code.
 _SETTINGS_THAT_CHANGE_CODE = ("BEAM", "NOOPT")
 _SETTINGS_THAT_DO_NOT = ("FUNCGRAD_CACHE", "FUNCGRAD_DATA", "FUNCGRAD_PLAN_CACHE")
@@ -552,30 +523,6 @@ class _NumberingUnpickler(pickle.Unpickler):
         return var
 
 
-def _read_checked(path: Path) -> bytes | None:
-    """The payload of a file written by ``_write_checked``, or None when it is missing or damaged."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    header = len(_PLAN_MAGIC) + _CHECKSUM_BYTES + 8
-    if len(data) < header or not data.startswith(_PLAN_MAGIC):
-        return None
-    checksum = data[len(_PLAN_MAGIC):len(_PLAN_MAGIC) + _CHECKSUM_BYTES]
-    length = int.from_bytes(data[header - 8:header], "little")
-    payload = data[header:]
-    if len(payload) != length or hashlib.sha256(payload).digest() != checksum:
-        return None
-    return payload
-
-
-def _write_checked(path: Path, payload: bytes) -> None:
-    """Write magic, checksum, length and payload atomically (temporary file, ``os.replace``). No
-    fsync: a file a crash leaves damaged fails its checksum and is rebuilt."""
-    entry = _PLAN_MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
-    write_atomically(path, entry)
-
-
 class PlanDiskCache:
     """Compiled plans on disk, one checksummed file per (IR structure, device and its fingerprint,
     funcgrad's code version, code-changing settings). A missing, unreadable, corrupt or stale entry
@@ -607,7 +554,7 @@ class PlanDiskCache:
         started = time.perf_counter()
         header = self.header(structure, device.name)
         path = self.path(header)
-        payload = _read_checked(path)
+        payload = read_checked(path, _PLAN_MAGIC)
         if payload is None:
             self.stats["rejected"] += path.exists()
             PHASE_SECONDS["plan_load"] += time.perf_counter() - started
@@ -648,7 +595,8 @@ class PlanDiskCache:
                 _NumberingPickler(buffer, _boundary(plan.ir)).dump((header, plan.steps, tokens))
             except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
                 return False
-            _write_checked(self.path(header), buffer.getvalue())
+            # no fsync: a file a crash leaves damaged fails its checksum and is rebuilt
+            write_atomically(self.path(header), checked_entry(_PLAN_MAGIC, buffer.getvalue()))
             if self.stats["stored"] % TRIM_EVERY == 0:
                 self.trim()
             self.stats["stored"] += 1
@@ -692,7 +640,7 @@ def compile_plan(ir: IR, device: Device) -> Plan:
 
     The plan's IR has no consts: pass them as leading inputs (``IR`` with consts are opened).
     """
-    if nan_check.active_checks():  # a cached plan's IR holds another graph's source lines
+    if nonfinite_checks():  # a cached plan's IR holds another graph's source lines
         return Plan(ir, device)
     structure = structure_key(ir)
     key = (device.name, structure)
@@ -700,7 +648,7 @@ def compile_plan(ir: IR, device: Device) -> Plan:
     if plan is not None:
         return plan
     seconds, counts = dict(PHASE_SECONDS), dict(PHASE_COUNTS)
-    disk: PlanDiskCache | None = getattr(device, "plan_cache", None)
+    disk: PlanDiskCache | None = device.plan_cache
     plan = disk.load(structure, ir, device) if disk is not None else None
     loaded = plan is not None
     if plan is None:

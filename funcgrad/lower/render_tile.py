@@ -31,7 +31,7 @@ A sum of ``where(condition, term, -0.0)`` with rank >= 3 (a convolution over its
 rows narrows that loop per outer row, a bound by the tile's row unrolls that loop and leaves out the
 excluded terms of the edge row tiles, rendered at their static positions; the rest is tested per term.
 
-A long float sum keeps its two-level order (``render_llvm.partial_sum_split``): the registers hold
+A long float sum keeps its two-level order (``render_loops.partial_sum_split``): the registers hold
 the partial over the trailing loops, folded into a total tile in memory once per outer iteration.
 
 The loops around the register tile are written on vectors too where their expressions allow it: the
@@ -50,7 +50,7 @@ import attrs
 import numpy as np
 
 from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr, Opt, _affine, alu, const, flat_index, var
-from funcgrad.lower.render_llvm import FLOAT_OPS, _FunctionBuilder, _store_outputs, render_const, substitute
+from funcgrad.lower.render_loops import FLOAT_OPS, _FunctionBuilder, _store_outputs, render_const, substitute
 
 __all__ = ["tile_opts", "tile_candidates", "check_tile_opts", "render_tile", "explicitly_vectorised", "LANES"]
 
@@ -60,12 +60,12 @@ CHUNK_ROWS = 96  # rows of the shared operand's other side kept in L2 while the 
 BLOCK_TERMS = 256  # reduction terms per block: a block of both operands stays in L1/L2
 TILE_MIN_WORK = 1 << 19  # multiply-adds below which the plain loops are as fast (and compile faster)
 # ... for a one-row sum (a bias gradient's sum over the batch), whose tile compiles with SROA only
-# (pipeline 5): the MLP's 256 x 512 column sums, 20 ms of LLVM in i-k-j order at O3, 6.5 ms tiled, as fast
+# (pipeline 5): a fraction of the i-k-j loops' LLVM time at O3, and as fast (docs/performance.md)
 ONE_ROW_MIN_WORK = 1 << 16
 MIN_COLUMNS = 8  # narrower rows (a 10-class output layer) run as one masked vector from 8 columns on
 MIN_TERMS = 64  # shorter sums spend more on the tile's buffer and epilogue than they gain
-MIN_PACKED_TERMS = 8  # ... except against a transposed operand's strided scalar loops (10 terms: 6.7x faster)
-SMALL_TILE_WORK = 1 << 22  # multiply-adds below which a tile runs on one thread (~100 us on one core)
+MIN_PACKED_TERMS = 8  # ... except against a transposed operand's strided scalar loops, which are far slower
+SMALL_TILE_WORK = 1 << 22  # multiply-adds below which a tile runs on one thread (too short to hand off)
 LARGE_ROWS, LARGE_BYTES = 1024, 1 << 22  # products whose contiguous column operand is packed too (_large)
 LARGE_CHUNK_ROWS = 512  # their rows per chunk
 PACKED_BLOCK_TERMS = 128  # a packed panel's block: 128 terms x 64 columns (32 KB) stays in L1
@@ -82,7 +82,7 @@ ROW, COLUMN, OUTER = "m", "c", "o"  # the tile's loop variables: row, column, ou
 # first column of a packed panel, first term of a reduction block, first row of a chunk
 PANEL, BLOCK, CHUNK = "tpanel", "tblock", "tchunk0"
 # (columns, rows) of the register tile, widest first; each keeps 24-28 of the 32 vector registers as
-# accumulators (6 x 64 and 8 x 48 measured ~1.3x faster than 14 x 32 on a 1024 product here)
+# accumulators (the wide ones first: they measured faster than 14 x 32, docs/performance.md)
 TILES = ((64, 6), (48, 8), (32, 14), (16, 16))  # the tile's loop variables: flattened row, column
 
 
@@ -154,8 +154,8 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     (``tile(0, rows)``), a strided packed one ``swap(0, 1)`` (threads take column panels)."""
     work = int(np.prod(kernel.shape)) * int(np.prod(kernel.reduce_shape))
     if _transposable(kernel) and work >= TILE_MIN_WORK and kernel.reduce_shape[0] >= MIN_PACKED_TERMS:
-        # one vector along axis 0 by one register row per output column (16 x 10: 0.045 and 0.034 ms
-        # for the MLP's two 10-wide products against 0.049/0.037 at 32 x 10 and 0.062/0.059 untransposed)
+        # one vector along axis 0 by one register row per output column (faster than a 32-row tile and
+        # than the untransposed loops on the MLP's 10-wide products: docs/performance.md)
         opts: tuple[Opt, ...] = (Opt("tile", 0, LANES), Opt("upcast", 1, kernel.shape[1]))
         return (*opts, Opt("thread", 0, 1)) if work < SMALL_TILE_WORK else opts
     if not _tileable(kernel):
@@ -433,7 +433,7 @@ def _computed_rows(kernel: Kernel) -> bool:
 def _large(kernel: Kernel) -> bool:
     """A 2-D product whose column operand (terms x columns) is far beyond L2 and whose rows are many:
     its column panels are packed even when contiguous (rows 8 KB apart map a panel's block onto a few
-    cache sets; packed, the 2048 product went from 102 to 110 GFLOP/s on one thread here)."""
+    cache sets; packed, a 2048 product runs faster: docs/performance.md)."""
     return kernel.shape[0] >= LARGE_ROWS and kernel.shape[1] * kernel.reduce_shape[0] * FLOAT32.itemsize >= LARGE_BYTES
 
 

@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, _affine, alu, const, var
-from funcgrad.lower.render_llvm import _FunctionBuilder, _loads, _store_outputs, loop_variables, substitute
+from funcgrad.lower.render_loops import _FunctionBuilder, _loads, _store_outputs, loop_variables, substitute
 
 __all__ = ["transpose_opts", "check_transpose_opts", "render_transpose", "BLOCK"]
 

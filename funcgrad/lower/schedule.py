@@ -34,9 +34,9 @@ from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.core import IR, Eqn, Literal, ShapedArray, Var
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_vjp_call_p, jit_p
+from funcgrad.lower import hooks
 from funcgrad.lower import kernel as K
 from funcgrad.lower.conv import lower_convolutions
-from funcgrad.nan_check import carry_source
 
 ELEMENTWISE = {name for name in K.UNARY + K.BINARY} | {"select", "convert_element_type", "bitcast_convert_type",
                                                        "stop_gradient", "iota"}
@@ -109,7 +109,7 @@ def inline_calls(ir: IR) -> IR:
             outs = [Var(v.aval) for v in inner.outputs]
             renamed.update((v.id, o) for v, o in zip(inner.outputs, outs))
             for v, o in zip(inner.outputs, outs):
-                carry_source(v, o)  # debug_nans: the inlined copy keeps its source line
+                hooks.renamed(v, o)  # debug_nans: the inlined copy keeps its source line
             eqns.append(Eqn(inner.primitive, [rename(a) for a in inner.inputs], inner.params, outs))
         for out_var, atom in zip(eqn.outputs, body.outputs):
             substitution[out_var.id] = rename(atom)

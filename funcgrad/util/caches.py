@@ -5,11 +5,16 @@ one, and that several threads may use at once (one lock around each operation; t
 computed outside it, so two threads missing the same key at once both compute it and the first
 one stored wins: wasteful, never wrong). Each cache reads its size from an environment variable
 when it is created (``cache_size``); docs/architecture.md, "Caches and their bounds", lists them.
+
+On disk, a cache entry is a *checked file* (``checked_entry``, ``read_checked``): a magic line naming
+its kind, the SHA-256 of the payload, the payload's length (8 bytes, little-endian), the payload. A
+missing, truncated or corrupt file reads as None (a miss), never as data.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 import threading
@@ -111,3 +116,30 @@ def write_atomically(path: Path, data: bytes, *, durable: bool = False) -> bool:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         return False
+
+
+_CHECKSUM_BYTES = 32
+_LENGTH_BYTES = 8
+
+
+def checked_entry(magic: bytes, payload: bytes) -> bytes:
+    """``payload`` as a checked file's bytes: ``magic``, its SHA-256, its length, itself."""
+    return magic + hashlib.sha256(payload).digest() + len(payload).to_bytes(_LENGTH_BYTES, "little") + payload
+
+
+def read_checked(path: Path, magic: bytes) -> bytes | None:
+    """The payload of the checked file at ``path`` (written from ``checked_entry(magic, ...)``), or None
+    when it is missing, unreadable, of another kind, truncated or fails its checksum."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    header = len(magic) + _CHECKSUM_BYTES + _LENGTH_BYTES
+    if len(data) < header or not data.startswith(magic):
+        return None
+    checksum = data[len(magic):len(magic) + _CHECKSUM_BYTES]
+    length = int.from_bytes(data[header - _LENGTH_BYTES:header], "little")
+    payload = data[header:]
+    if len(payload) != length or hashlib.sha256(payload).digest() != checksum:
+        return None
+    return payload

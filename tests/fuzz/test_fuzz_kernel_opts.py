@@ -27,7 +27,8 @@ import funcgrad.numpy as fnp
 from funcgrad.devices import cpu
 from funcgrad.lower.kernel import Kernel, Opt, dtype_class, evaluate_kernel
 from funcgrad.lower.optimize import canonical, check_opts
-from funcgrad.lower.render_llvm import MAX_ROW, accumulator_dtype, llvm_function_name, partial_sum_split, render_llvm
+from funcgrad.lower.render_llvm import render_llvm
+from funcgrad.lower.render_loops import MAX_ROW, accumulator_dtype, llvm_function_name, partial_sum_split
 from funcgrad.lower.render_transpose import _transposed_loads
 from funcgrad.lower.schedule import KernelStep, schedule
 

@@ -97,14 +97,14 @@ RECORDED_CPU_THREADS = 2
 def reproducible_environment() -> Iterator[None]:
     """No BEAM search, no DEBUG printing and a fixed CPU thread count while rendering: the recordings
     are the default path, the same on every machine."""
-    from funcgrad.devices import cpu
+    from funcgrad.devices import cpu_threads
     saved = {name: os.environ.pop(name, None) for name in ("BEAM", "DEBUG")}
-    saved_thread_count = cpu.thread_count
-    cpu.thread_count = lambda: RECORDED_CPU_THREADS
+    saved_thread_count = cpu_threads.thread_count
+    cpu_threads.thread_count = lambda: RECORDED_CPU_THREADS
     try:
         yield
     finally:
-        cpu.thread_count = saved_thread_count
+        cpu_threads.thread_count = saved_thread_count
         os.environ.update({name: value for name, value in saved.items() if value is not None})
 
 

@@ -1,0 +1,128 @@
+"""The Device protocol: everything a plan (``funcgrad.lower.plan``) asks of a device.
+
+Lower never imports a device: the caller (lazy realize, the jit runtime) passes a device object in.
+Devices (``funcgrad.devices``) subclass ``Device`` and override what they have; the defaults here
+are what a device without that capability gets, so plans read every attribute directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from funcgrad.ir.core import ShapedArray
+from funcgrad.lower.kernel import Kernel
+
+if TYPE_CHECKING:
+    from funcgrad.lower.plan import PlanDiskCache
+
+
+class CompiledKernel(Protocol):
+    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None: ...
+
+
+class Device:
+    """A place kernels run. ``name`` and ``compile`` are required; the rest have defaults.
+
+    Scheduling switches (read when a plan is built):
+
+    - ``max_reduction``: loop iterations one kernel invocation may run (None: no limit); longer
+      reductions are split into several kernels (``split_reductions``), as a software GPU needs.
+    - ``row_reductions``: the renderer computes a reduction fused into its row's pass once per row
+      (``schedule._materialized``); False keeps such a reduction in its own kernel.
+    - ``fuse_siblings``: plans merge sibling elementwise kernels (``funcgrad.lower.fuse``).
+
+    Memory: ``resident`` devices keep values in their own memory and provide ``upload``,
+    ``allocate``, ``download`` and ``synchronize``; their kernels have ``launch(inputs, outputs)``.
+
+    Caches: ``memory_cache`` (anything with ``len``: compiled kernels kept in memory, counted by
+    ``funcgrad.debug.live_counts``); ``plan_cache`` (a ``PlanDiskCache`` keeping whole plans on disk,
+    or None) with ``load_cached(kernel, token)`` turning a stored kernel's ``cache_token`` back into a
+    compiled kernel.
+    """
+
+    name: str = ""
+    max_reduction: int | None = None
+    row_reductions: bool = False
+    fuse_siblings: bool = False
+    resident: bool = False
+    memory_cache: Any = ()
+    plan_cache: PlanDiskCache | None = None
+
+    def compile(self, kernel: Kernel) -> CompiledKernel:
+        """``kernel`` compiled: ``compiled(inputs, outputs)`` writes into preallocated C-contiguous arrays."""
+        raise NotImplementedError
+
+    def compile_many(self, kernels: Sequence[Kernel]) -> list[Any]:
+        """Every kernel of a plan compiled (a device may compile them together); by default one by one."""
+        return [self.compile(kernel) for kernel in kernels]
+
+    def render(self, kernel: Kernel) -> str:
+        """The kernel's source as the device compiles it (``Tensor.schedule()``, DEBUG=4); by default its listing."""
+        return str(kernel)
+
+    def load_cached(self, kernel: Kernel, token: Any) -> Any:
+        """The compiled kernel a stored plan names by ``token``; None when it is gone (it is compiled again)."""
+        return None
+
+    # --- resident devices ---
+    def upload(self, array: np.ndarray) -> Any:
+        raise NotImplementedError(f"{self.name} keeps no values of its own")
+
+    def allocate(self, aval: ShapedArray) -> Any:
+        raise NotImplementedError(f"{self.name} keeps no values of its own")
+
+    def download(self, buffer: Any, aval: ShapedArray) -> np.ndarray:
+        raise NotImplementedError(f"{self.name} keeps no values of its own")
+
+    def synchronize(self) -> None:
+        """Wait for launched work (DEBUG=2 times each step); nothing to wait for by default."""
+
+
+class OptimizerTarget:
+    """What the kernel optimiser (``funcgrad.lower.optimize``, which chooses opts for the LLVM renderer)
+    knows of the machine it optimises for. The CPU device provides it (``devices/cpu.py``): its thread
+    count and cost model, its kernel cache folder and CPU name (BEAM's choices are kept per CPU), and
+    how a candidate is compiled for timing. ``funcgrad.devices`` installs it with
+    ``set_optimizer_target`` (loaded on first use)."""
+
+    small_kernel_work: int = 0  # loop iterations below which kernels are compiled unoptimised: BEAM leaves them
+
+    def thread_count(self) -> int:
+        """The CPUs kernels may run on (the ``thread`` opt's largest useful amount)."""
+        raise NotImplementedError
+
+    def heuristic_threads(self, kernel: Kernel) -> int:
+        """Chunks of axis 0 to run in parallel by default (the ``thread`` opt)."""
+        raise NotImplementedError
+
+    def cache_folder(self) -> Any:
+        """The kernel cache's folder (a ``Path``): BEAM's choices live in ``beam/`` beside it."""
+        raise NotImplementedError
+
+    def cpu_name(self) -> str:
+        """The host CPU's name, part of a BEAM choice's key."""
+        raise NotImplementedError
+
+    def compile_for_timing(self, kernel: Kernel) -> Any:
+        """``kernel`` compiled at the level it will really get, outside every cache, to time it."""
+        raise NotImplementedError
+
+
+_OPTIMIZER_TARGET: list[Any] = []  # [a factory of the target] once installed
+
+
+def set_optimizer_target(factory: Any) -> None:
+    """Install ``factory()`` (called on first use, then kept) as the optimiser's target."""
+    _OPTIMIZER_TARGET[:] = [factory]
+
+
+def optimizer_target() -> OptimizerTarget:
+    if not _OPTIMIZER_TARGET:
+        raise RuntimeError("no optimiser target installed: import funcgrad.devices (importing funcgrad does)")
+    entry = _OPTIMIZER_TARGET[0]
+    if not isinstance(entry, OptimizerTarget):
+        entry = _OPTIMIZER_TARGET[0] = entry()
+    return entry
