@@ -64,6 +64,7 @@ from funcgrad.devices.cpu_compiler import (
     undefined_symbols,
 )
 from funcgrad.devices.cpu_pool import MAX_BUFFERS, MAX_CHUNKS, native_pool
+from funcgrad.ir.primitives import with_cost
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import beam_width, optimize
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
@@ -85,8 +86,7 @@ __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PA
 PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_COST = 100
 INLINE_TRANSCENDENTAL_COST = 10
-TRANSCENDENTAL = {"exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
-                  "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "pow", "atan2", "rem"}
+TRANSCENDENTAL = {p.kernel_op for p in with_cost("transcendental", "transcendental_no_row_reuse", "float_call")}
 CACHE_FORMAT = "funcgrad-cpu-object-v3"  # v2: kernels get different LLVM pipelines; v3: objects name it SHARED_NAME
 SHARED_NAME = "funcgrad_kernel"  # the function in every object: kernels differing only in name share their code
 _MAGIC = b"FGOBJ01\n"

@@ -38,12 +38,11 @@ from funcgrad.lower import kernel as K
 from funcgrad.lower.conv import lower_convolutions
 from funcgrad.nan_check import carry_source
 
-ELEMENTWISE = {name for name in K.UNARY + K.BINARY} | {"select", "convert_element_type", "bitcast_convert_type",
-                                                       "stop_gradient", "iota"}
+ELEMENTWISE = {p.name for p in P.REGISTRY.values() if p.kernel_op is not None} | {
+    "select", "convert_element_type", "bitcast_convert_type", "stop_gradient", "iota"}
 MOVEMENT = {"reshape", "broadcast_in_dim", "transpose", "slice", "pad", "flip", "concatenate"}
 MAX_FUSED_SIZE = 160  # equations inlined into one kernel at most; bigger graphs are cut into several
-EXPENSIVE = {"exp", "log", "exp2", "log2", "expm1", "log1p", "tanh", "logistic", "erf", "pow", "sin", "cos", "tan",
-             "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "atan2", "sqrt", "rsqrt", "div"}
+EXPENSIVE = {p.name for p in P.with_cost("divide", "transcendental", "transcendental_no_row_reuse")}
 BIJECTIVE = {"reshape", "transpose", "flip"}  # movements that renumber elements without repeating any
 REDUCTIONS = {"reduce_sum": "sum", "reduce_prod": "prod", "reduce_max": "max", "reduce_min": "min",
               "dot_general": "sum"}
@@ -328,8 +327,10 @@ def _elementwise(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
         return K.cast(idx[params["dimension"]], out_dtype)
     # low-precision floats: compute in float32, round on the way out
     compute = [K.cast(a, _compute_dtype(a.dtype)) for a in args]
-    result = K.alu(name, *compute)
-    target = out_dtype if name not in K.COMPARISONS else dtypes.bool_
+    op = eqn.primitive.kernel_op
+    assert op is not None, name  # the primitives without a kernel op are the cases above
+    result = K.alu(op, *compute)
+    target = out_dtype if op not in K.COMPARISONS else dtypes.bool_
     return K.cast(result, target)
 
 
