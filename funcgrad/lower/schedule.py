@@ -122,12 +122,8 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
     whatever their consumers (layouts a lowering pass chose, e.g. ``conv.py``'s). With
     ``row_reductions``, a reduction over trailing axes broadcast back over its own input's shape is
     computed inside the one elementwise kernel that reads it (see ``row_broadcast``)."""
-    producer: dict[int, Eqn] = {v.id: e for e in ir.eqns for v in e.outputs}
-    consumers: dict[int, list[Eqn]] = {}
-    for eqn in ir.eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                consumers.setdefault(atom.id, []).append(eqn)
+    producer = ir.producers()
+    consumers = ir.users()
     stored: set[int] = {a.id for a in ir.outputs if isinstance(a, Var) and a.id in producer} | set(keep)
     for eqn in ir.eqns:
         if kind_of(eqn) == "host":
@@ -485,11 +481,7 @@ SMALL_LOAD_BYTES = 1 << 14  # a buffer this small stays in L1 (a per-channel sca
 
 def _kernel_roots(ir: IR, stored: set[int]) -> dict[int, frozenset[int]]:
     """For every computed var, the stored vars whose kernels compute it (itself if it is stored)."""
-    users: dict[int, list[Eqn]] = {}
-    for eqn in ir.eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                users.setdefault(atom.id, []).append(eqn)
+    users = ir.users()
     roots: dict[int, frozenset[int]] = {}
     for eqn in reversed(ir.eqns):  # every user comes after its operands' producers
         for out in eqn.outputs:
@@ -592,12 +584,8 @@ def _shared_gathers(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
     (the cotangent gathered per window times the argmax mask, with BatchNorm's output recomputed) feeds
     three per-channel sums and the input gradient. Stored once in the layout of what it reads
     (channels-last there), each reader loads it contiguously; a sum of it becomes a column sum."""
-    producer = {v.id: e for e in ir.eqns for v in e.outputs}
-    users: dict[int, list[Eqn]] = {}
-    for eqn in ir.eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                users.setdefault(atom.id, []).append(eqn)
+    producer = ir.producers()
+    users = ir.users()
     roots = _kernel_roots(ir, stored)
     # div/rem index arithmetic comes only from reshapes that split or merge axes: the values computed
     # from one (through equations not stored) are the only ones worth building an expression for
@@ -634,15 +622,10 @@ def _window_layouts(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
     pool's backward: ``_shared_gathers``) gather it. Products are not window reductions (their layouts are
     ``conv.py``'s), and a value that a reshape reads keeps C order (the reshape's flat index would
     become a gather)."""
-    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    producer = ir.producers()
     fixed = {a.id for a in ir.outputs if isinstance(a, Var)}
-    readers: dict[int, list[Eqn]] = {}
-    for eqn in ir.eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                readers.setdefault(atom.id, []).append(eqn)
-                if kind_of(eqn) == "host":
-                    fixed.add(atom.id)
+    fixed.update(a.id for eqn in ir.eqns if kind_of(eqn) == "host" for a in eqn.inputs if isinstance(a, Var))
+    readers = ir.users()
     carries: set[int] = set()  # vars whose kernel would hold a window reduction
     chosen: dict[int, tuple[int, ...]] = {}
     for eqn in ir.eqns:
@@ -713,12 +696,12 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
     ``row_reductions``: fuse a trailing-axes reduction into the elementwise pass that broadcasts it back
     (for devices whose renderer computes it once per row: the CPU's; see ``_materialized``)."""
     ir, keep = lower_convolutions(inline_calls(ir))
-    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    producer = ir.producers()
     stored = _materialized(ir, keep, row_reductions)
     shared = _shared_gathers(ir, stored) | _window_layouts(ir, stored)
     if shared:  # store them (in their layouts), then decide again what the rest inline
         ir, extra = _store_in_order(ir, shared)
-        producer = {v.id: e for e in ir.eqns for v in e.outputs}
+        producer = ir.producers()
         stored = _materialized(ir, (keep - set(shared)) | extra, row_reductions)
     steps: list[Step] = []
     for eqn in ir.eqns:
