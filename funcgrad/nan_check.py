@@ -151,7 +151,7 @@ def _has(kind: str, values: Sequence[np.ndarray]) -> bool:
 def _step_equations(ir: IR, inputs: Sequence[Var], outputs: Sequence[Var]) -> list[Eqn] | None:
     """The equations of ``ir`` that compute ``outputs`` from ``inputs`` (one fused kernel), in
     program order; None when a value is not produced in ``ir`` (a lowering pass made it)."""
-    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    producer = ir.producers()
     boundary = {v.id for v in inputs}
     chosen: dict[int, Eqn] = {}
     stack = list(outputs)

@@ -131,3 +131,14 @@ def test_pretty_print_names_many_variables_uniquely():
     text = pretty_print(fg.make_ir(chain)(np.ones(2, np.float32)))
     names = [line.split(":")[0].strip() for line in text.splitlines()[1:-1]]
     assert len(set(names)) == 30 and "ba" in names
+
+
+def test_producer_and_user_maps():
+    x = Var(ShapedArray((2,), dtypes.float32))
+    y, z = Var(ShapedArray((2,), dtypes.float32)), Var(ShapedArray((2,), dtypes.float32))
+    square = Eqn(P.mul_p, [x, x], (), [y])
+    plus = Eqn(P.add_p, [y, Literal(1.0, ShapedArray((), dtypes.float32))], (), [z])
+    ir = IR([x], [square, plus], [z])
+    assert ir.producers() == {y.id: square, z.id: plus}  # inputs have no producer
+    # an equation once per operand that reads the var; literals and unread vars have no entry
+    assert ir.users() == {x.id: [square, square], y.id: [plus]}

@@ -151,7 +151,6 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert import_cycles(made_up) == [["a", "b", "c"]]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 in progress: the layers are being straightened")
 def test_every_import_runs_down_the_layers() -> None:
     upward = [f"{KNOWN[source].relative_to(PACKAGE.parent)}:{line}: {source} ({layer_of(source)}) imports "
               f"{target} ({layer_of(target)})"
@@ -159,7 +158,6 @@ def test_every_import_runs_down_the_layers() -> None:
     assert not upward, "imports up a layer:\n" + "\n".join(sorted(upward))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 in progress: the layers are being straightened")
 def test_no_modules_import_each_other_in_a_circle() -> None:
     cycles = import_cycles(EDGES)
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)

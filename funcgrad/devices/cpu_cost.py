@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from funcgrad.devices import cpu_threads
+from funcgrad.ir.primitives import with_cost
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.optimize import optimize
 from funcgrad.lower.render_loops import is_inline_math
@@ -22,8 +23,7 @@ from funcgrad.lower.render_loops import is_inline_math
 PARALLEL_MIN_WORK = 1 << 21
 TRANSCENDENTAL_COST = 100
 INLINE_TRANSCENDENTAL_COST = 10
-TRANSCENDENTAL = {"exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
-                  "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "pow", "atan2", "rem"}
+TRANSCENDENTAL = {p.kernel_op for p in with_cost("transcendental", "transcendental_no_row_reuse", "float_call")}
 
 
 def estimated_work(kernel: Kernel) -> int:

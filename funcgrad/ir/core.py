@@ -123,6 +123,21 @@ class IR:
     def out_avals(self) -> tuple[ShapedArray, ...]:
         return tuple(a.aval for a in self.outputs)
 
+    def producers(self) -> dict[int, Eqn]:
+        """The producer map: each var id an equation computes -> that equation (inputs and consts
+        have none). Built afresh on each call: passes rewrite IRs and ask again."""
+        return {v.id: eqn for eqn in self.eqns for v in eqn.outputs}
+
+    def users(self) -> dict[int, list[Eqn]]:
+        """The reverse map: each var id -> the equations that read it, in program order, an equation
+        once per operand that reads it (``x * x`` lists the ``mul`` twice). Literals have none."""
+        found: dict[int, list[Eqn]] = {}
+        for eqn in self.eqns:
+            for atom in eqn.inputs:
+                if isinstance(atom, Var):
+                    found.setdefault(atom.id, []).append(eqn)
+        return found
+
     def __str__(self) -> str:
         return pretty_print(self)
 

@@ -1,11 +1,18 @@
-"""The primitive registry: every operation the IR can hold, with its shape rule and NumPy reference.
+"""The primitive registry: every operation the IR can hold, with its shape rule, NumPy reference
+and lowering facts.
 
-A primitive is a name plus two rules kept here, side by side:
+A primitive is a name plus these, kept here side by side:
 
 * ``shape_rule(*avals, **params) -> aval`` (or a tuple of avals when ``multiple_results``): it checks
   its operands and raises ``TypeError``/``ValueError`` naming the shapes and dtypes involved;
 * ``impl(*arrays, **params) -> array``: the NumPy reference implementation, the oracle of the test
-  suite and the evaluator of the interpreter.
+  suite and the evaluator of the interpreter;
+* ``kernel_op`` and ``arity``: for an elementwise primitive computed by one ALU operation of the kernel
+  IR (``funcgrad.lower.kernel``), that operation's name and its operand count (``kernel.UNARY`` and
+  ``kernel.BINARY`` are read from here); None for every other primitive;
+* ``cost``: its cost class, one of ``COST_CLASSES``. The lowering layer's "costly op" sets
+  (``schedule.EXPENSIVE``, ``render_loops.COSTLY``, ``devices/cpu.TRANSCENDENTAL``) are derived from
+  it with ``with_cost``; ``tests/test_lowering_facts.py`` checks that they stay derived.
 
 Transforms keep their rules in their own tables (``transforms/ad.py`` has ``jvp_rules[exp_p]``...);
 ``tests/test_registry.py`` walks ``REGISTRY`` and fails when any primitive lacks a rule.
@@ -28,18 +35,44 @@ from funcgrad.ir.core import ShapedArray
 
 REGISTRY: dict[str, Primitive] = {}
 
+# What computing one element of a primitive costs, as the lowering layer's heuristics see it. The three
+# "costly op" sets were written by hand and disagreed; the classes below name each disagreement, so that
+# every set is derived from them with its kernels unchanged (the replay recordings prove it).
+COST_CLASSES: dict[str, str] = {
+    "cheap": "one or a few ALU instructions",
+    "divide": "div, sqrt, rsqrt: one long-latency instruction, vectorised, no library call. Costly to the "
+              "scheduler (schedule.EXPENSIVE) and to render_llvm's row reuse (COSTLY); the CPU's work "
+              "estimate (devices/cpu.TRANSCENDENTAL) counts it as one simple operation",
+    "transcendental": "a library call (libm on the CPU) or an inline polynomial; in all three sets",
+    "transcendental_no_row_reuse": "a transcendental function that render_llvm's row reuse (COSTLY) has "
+                                   "never counted: counting it would change the CPU kernels of row "
+                                   "reductions over it; in the other two sets",
+    "float_call": "rem: integer arithmetic, but a library call (fmod) for floats: only the CPU's work "
+                  "estimate (TRANSCENDENTAL, on float operands) counts it; the scheduler and the row reuse "
+                  "treat it as cheap, and counting it there would change their kernels",
+}
+
 
 class Primitive:
     """A named operation of the IR. Instances are singletons registered in ``REGISTRY``."""
 
     def __init__(self, name: str, shape_rule: Callable[..., Any], impl: Callable[..., Any],
-                 multiple_results: bool = False) -> None:
+                 multiple_results: bool = False, *, kernel_op: str | None = None, arity: int | None = None,
+                 cost: str = "cheap") -> None:
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is already registered")
+        if cost not in COST_CLASSES:
+            raise ValueError(f"primitive {name!r}: unknown cost class {cost!r}; the classes are "
+                             f"{', '.join(COST_CLASSES)}")
+        if (kernel_op is None) != (arity is None):
+            raise ValueError(f"primitive {name!r}: a kernel op needs its arity, and only a kernel op has one")
         self.name = name
         self.shape_rule = shape_rule
         self.impl = impl
         self.multiple_results = multiple_results
+        self.kernel_op = kernel_op  # the kernel IR's ALU op computing it elementwise, or None
+        self.arity = arity  # the kernel op's operand count
+        self.cost = cost
         REGISTRY[name] = self
 
     def abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
@@ -50,6 +83,19 @@ class Primitive:
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickle by name so IRs can be cached on disk
         return (lookup, (self.name,))
+
+
+def with_cost(*classes: str) -> list[Primitive]:
+    """The registered primitives whose cost class is one of ``classes`` (in registration order)."""
+    unknown = [c for c in classes if c not in COST_CLASSES]
+    if unknown:
+        raise ValueError(f"unknown cost classes {unknown}; the classes are {', '.join(COST_CLASSES)}")
+    return [p for p in REGISTRY.values() if p.cost in classes]
+
+
+def kernel_ops(arity: int) -> tuple[str, ...]:
+    """The kernel ops of the elementwise primitives taking ``arity`` operands (in registration order)."""
+    return tuple(p.kernel_op for p in REGISTRY.values() if p.kernel_op is not None and p.arity == arity)
 
 
 def lookup(name: str) -> Primitive:
@@ -102,20 +148,22 @@ def _same_dtype(name: str, avals: Sequence[ShapedArray]) -> np.dtype:
 
 
 def _unary(name: str, impl: Callable[..., np.ndarray], kinds: str = "if",
-           out_dtype: np.dtype | None = None) -> Primitive:
+           out_dtype: np.dtype | None = None, cost: str = "cheap", kernel: bool = True) -> Primitive:
+    """An elementwise primitive of one operand; ``kernel``: computed by the kernel op of its name."""
     def rule(x: ShapedArray) -> ShapedArray:
         _check_kinds(name, [x], kinds)
         return ShapedArray(x.shape, out_dtype or x.dtype)
-    return Primitive(name, rule, impl)
+    return Primitive(name, rule, impl, kernel_op=name if kernel else None, arity=1 if kernel else None, cost=cost)
 
 
 def _binary(name: str, impl: Callable[..., np.ndarray], kinds: str = "if",
-            out_dtype: np.dtype | None = None) -> Primitive:
+            out_dtype: np.dtype | None = None, cost: str = "cheap") -> Primitive:
+    """An elementwise primitive of two operands, computed by the kernel op of its name."""
     def rule(x: ShapedArray, y: ShapedArray) -> ShapedArray:
         dtype = _same_dtype(name, [x, y])
         _check_kinds(name, [x, y], kinds)
         return ShapedArray(_elementwise_shape(name, [x, y]), out_dtype or dtype)
-    return Primitive(name, rule, impl)
+    return Primitive(name, rule, impl, kernel_op=name, arity=2, cost=cost)
 
 
 def _normalize_axes(name: str, axes: Sequence[int], ndim: int) -> tuple[int, ...]:
@@ -140,27 +188,27 @@ def _typed(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 neg_p = _unary("neg", _typed(np.negative))
 abs_p = _unary("abs", _typed(np.abs))
 sign_p = _unary("sign", _typed(np.sign))
-exp_p = _unary("exp", _compute_in_f32(np.exp), "f")
-log_p = _unary("log", _compute_in_f32(np.log), "f")
-exp2_p = _unary("exp2", _compute_in_f32(np.exp2), "f")
-log2_p = _unary("log2", _compute_in_f32(np.log2), "f")
-expm1_p = _unary("expm1", _compute_in_f32(np.expm1), "f")
-log1p_p = _unary("log1p", _compute_in_f32(np.log1p), "f")
-sin_p = _unary("sin", _compute_in_f32(np.sin), "f")
-cos_p = _unary("cos", _compute_in_f32(np.cos), "f")
-tan_p = _unary("tan", _compute_in_f32(np.tan), "f")
-asin_p = _unary("asin", _compute_in_f32(np.arcsin), "f")
-acos_p = _unary("acos", _compute_in_f32(np.arccos), "f")
-atan_p = _unary("atan", _compute_in_f32(np.arctan), "f")
-sinh_p = _unary("sinh", _compute_in_f32(np.sinh), "f")
-cosh_p = _unary("cosh", _compute_in_f32(np.cosh), "f")
-tanh_p = _unary("tanh", _compute_in_f32(np.tanh), "f")
-asinh_p = _unary("asinh", _compute_in_f32(np.arcsinh), "f")
-acosh_p = _unary("acosh", _compute_in_f32(np.arccosh), "f")
-atanh_p = _unary("atanh", _compute_in_f32(np.arctanh), "f")
-sqrt_p = _unary("sqrt", _compute_in_f32(np.sqrt), "f")
-rsqrt_p = _unary("rsqrt", _compute_in_f32(lambda x: 1 / np.sqrt(x)), "f")
-logistic_p = _unary("logistic", _compute_in_f32(lambda x: 0.5 * np.tanh(0.5 * x) + 0.5), "f")
+exp_p = _unary("exp", _compute_in_f32(np.exp), "f", cost="transcendental")
+log_p = _unary("log", _compute_in_f32(np.log), "f", cost="transcendental")
+exp2_p = _unary("exp2", _compute_in_f32(np.exp2), "f", cost="transcendental")
+log2_p = _unary("log2", _compute_in_f32(np.log2), "f", cost="transcendental")
+expm1_p = _unary("expm1", _compute_in_f32(np.expm1), "f", cost="transcendental")
+log1p_p = _unary("log1p", _compute_in_f32(np.log1p), "f", cost="transcendental")
+sin_p = _unary("sin", _compute_in_f32(np.sin), "f", cost="transcendental")
+cos_p = _unary("cos", _compute_in_f32(np.cos), "f", cost="transcendental")
+tan_p = _unary("tan", _compute_in_f32(np.tan), "f", cost="transcendental_no_row_reuse")
+asin_p = _unary("asin", _compute_in_f32(np.arcsin), "f", cost="transcendental_no_row_reuse")
+acos_p = _unary("acos", _compute_in_f32(np.arccos), "f", cost="transcendental_no_row_reuse")
+atan_p = _unary("atan", _compute_in_f32(np.arctan), "f", cost="transcendental_no_row_reuse")
+sinh_p = _unary("sinh", _compute_in_f32(np.sinh), "f", cost="transcendental_no_row_reuse")
+cosh_p = _unary("cosh", _compute_in_f32(np.cosh), "f", cost="transcendental_no_row_reuse")
+tanh_p = _unary("tanh", _compute_in_f32(np.tanh), "f", cost="transcendental")
+asinh_p = _unary("asinh", _compute_in_f32(np.arcsinh), "f", cost="transcendental_no_row_reuse")
+acosh_p = _unary("acosh", _compute_in_f32(np.arccosh), "f", cost="transcendental_no_row_reuse")
+atanh_p = _unary("atanh", _compute_in_f32(np.arctanh), "f", cost="transcendental_no_row_reuse")
+sqrt_p = _unary("sqrt", _compute_in_f32(np.sqrt), "f", cost="divide")
+rsqrt_p = _unary("rsqrt", _compute_in_f32(lambda x: 1 / np.sqrt(x)), "f", cost="divide")
+logistic_p = _unary("logistic", _compute_in_f32(lambda x: 0.5 * np.tanh(0.5 * x) + 0.5), "f", cost="transcendental")
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -169,7 +217,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x).astype(np.asarray(x).dtype)
 
 
-erf_p = _unary("erf", _compute_in_f32(_erf), "f")
+erf_p = _unary("erf", _compute_in_f32(_erf), "f", cost="transcendental")
 floor_p = _unary("floor", _compute_in_f32(np.floor), "f")
 ceil_p = _unary("ceil", _compute_in_f32(np.ceil), "f")
 round_p = _unary("round", _compute_in_f32(np.rint), "f")  # half to even, as NumPy and the Array API
@@ -182,7 +230,8 @@ def _is_finite(x: np.ndarray) -> np.ndarray:
 
 is_finite_p = _unary("is_finite", _is_finite, "f", out_dtype=dtypes.bool_)
 not_p = _unary("not", np.invert, "bi")  # logical for bool, bitwise for integers
-stop_gradient_p = _unary("stop_gradient", lambda x: np.array(x, copy=True), "bif")  # identity; no derivative
+# the identity without a derivative: a kernel reads its operand, no kernel op computes it
+stop_gradient_p = _unary("stop_gradient", lambda x: np.array(x, copy=True), "bif", kernel=False)
 
 # --- elementwise: binary -----------------------------------------------------------------------
 
@@ -224,9 +273,9 @@ def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 add_p = _binary("add", _typed(np.add), "if")
 sub_p = _binary("sub", _typed(np.subtract), "if")
 mul_p = _binary("mul", _typed(np.multiply), "if")
-div_p = _binary("div", _int_div, "if")
-rem_p = _binary("rem", _int_rem, "if")
-pow_p = _binary("pow", _pow, "if")
+div_p = _binary("div", _int_div, "if", cost="divide")
+rem_p = _binary("rem", _int_rem, "if", cost="float_call")
+pow_p = _binary("pow", _pow, "if", cost="transcendental")
 def _ieee_extremum(fn: Callable[..., np.ndarray], negative_wins: bool) -> Callable[..., np.ndarray]:
     """NumPy's maximum/minimum (NaN propagates) with IEEE 754-2019's order of zeros, -0.0 < +0.0,
     which compiled code uses (NumPy returns its second operand when the two compare equal)."""
@@ -244,7 +293,7 @@ def _ieee_extremum(fn: Callable[..., np.ndarray], negative_wins: bool) -> Callab
 
 max_p = _binary("max", _ieee_extremum(np.maximum, negative_wins=False), "bif")  # NaN-propagating, as the Array API
 min_p = _binary("min", _ieee_extremum(np.minimum, negative_wins=True), "bif")
-atan2_p = _binary("atan2", _compute_in_f32(np.arctan2), "f")
+atan2_p = _binary("atan2", _compute_in_f32(np.arctan2), "f", cost="transcendental")
 and_p = _binary("and", _typed(np.bitwise_and), "bi")
 or_p = _binary("or", _typed(np.bitwise_or), "bi")
 xor_p = _binary("xor", _typed(np.bitwise_xor), "bi")

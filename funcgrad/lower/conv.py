@@ -47,7 +47,7 @@ def lower_convolutions(ir: IR) -> tuple[IR, frozenset[int]]:
     if not any(e.primitive is P.conv_general_dilated_p for e in ir.eqns):
         return ir, frozenset()
     builder = _Builder()
-    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    producer = ir.producers()
     for eqn in ir.eqns:
         if eqn.primitive is P.conv_general_dilated_p:
             for operand in eqn.inputs:

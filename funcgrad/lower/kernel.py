@@ -23,17 +23,15 @@ import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import ShapedArray
+from funcgrad.ir.primitives import kernel_ops
 
 INDEX = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
 _INDEX_LOW, _INDEX_HIGH = -(1 << 63), (1 << 63) - 1
 
-# the ALU operations a renderer must support (names follow the IR primitives)
-UNARY = ("neg", "abs", "sign", "exp", "log", "exp2", "log2", "expm1", "log1p", "sin", "cos", "tan", "asin",
-         "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "logistic", "erf",
-         "floor", "ceil", "round", "is_finite", "not")
-BINARY = ("add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "and", "or", "xor", "shift_left",
-          "shift_right", "eq", "ne", "lt", "le", "gt", "ge")
+# the ALU operations a renderer must support: the kernel ops of the registry's elementwise primitives
+UNARY = kernel_ops(1)
+BINARY = kernel_ops(2)
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_OPS = ("sum", "prod", "max", "min")
 class UnsupportedDtypeError(TypeError):

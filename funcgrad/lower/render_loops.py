@@ -29,6 +29,7 @@ import attrs
 import ml_dtypes
 import numpy as np
 
+from funcgrad.ir.primitives import with_cost
 from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, Opt, dtype_class, dtype_name, flat_index, var
 
 __all__ = ["begin_kernel", "render_loops", "llvm_function_name", "LLVM_TYPES"]
@@ -747,8 +748,7 @@ def _rename(e: KExpr, name: str, replacement: KExpr, memo: dict[KExpr, KExpr]) -
     return memo[e]
 
 
-COSTLY = {"exp", "log", "exp2", "log2", "expm1", "log1p", "tanh", "logistic", "erf", "pow", "sin", "cos", "div",
-          "sqrt", "rsqrt", "atan2"}
+COSTLY = {p.kernel_op for p in with_cost("divide", "transcendental")}
 
 
 def _computes(e: KExpr, test: Callable[[KExpr], bool], memo: dict[KExpr, bool]) -> bool:

@@ -38,12 +38,11 @@ from funcgrad.lower import hooks
 from funcgrad.lower import kernel as K
 from funcgrad.lower.conv import lower_convolutions
 
-ELEMENTWISE = {name for name in K.UNARY + K.BINARY} | {"select", "convert_element_type", "bitcast_convert_type",
-                                                       "stop_gradient", "iota"}
+ELEMENTWISE = {p.name for p in P.REGISTRY.values() if p.kernel_op is not None} | {
+    "select", "convert_element_type", "bitcast_convert_type", "stop_gradient", "iota"}
 MOVEMENT = {"reshape", "broadcast_in_dim", "transpose", "slice", "pad", "flip", "concatenate"}
 MAX_FUSED_SIZE = 160  # equations inlined into one kernel at most; bigger graphs are cut into several
-EXPENSIVE = {"exp", "log", "exp2", "log2", "expm1", "log1p", "tanh", "logistic", "erf", "pow", "sin", "cos", "tan",
-             "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "atan2", "sqrt", "rsqrt", "div"}
+EXPENSIVE = {p.name for p in P.with_cost("divide", "transcendental", "transcendental_no_row_reuse")}
 BIJECTIVE = {"reshape", "transpose", "flip"}  # movements that renumber elements without repeating any
 REDUCTIONS = {"reduce_sum": "sum", "reduce_prod": "prod", "reduce_max": "max", "reduce_min": "min",
               "dot_general": "sum"}
@@ -123,12 +122,8 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
     whatever their consumers (layouts a lowering pass chose, e.g. ``conv.py``'s). With
     ``row_reductions``, a reduction over trailing axes broadcast back over its own input's shape is
     computed inside the one elementwise kernel that reads it (see ``row_broadcast``)."""
-    producer: dict[int, Eqn] = {v.id: e for e in ir.eqns for v in e.outputs}
-    consumers: dict[int, list[Eqn]] = {}
-    for eqn in ir.eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                consumers.setdefault(atom.id, []).append(eqn)
+    producer = ir.producers()
+    consumers = ir.users()
     stored: set[int] = {a.id for a in ir.outputs if isinstance(a, Var) and a.id in producer} | set(keep)
     for eqn in ir.eqns:
         if kind_of(eqn) == "host":
@@ -328,8 +323,10 @@ def _elementwise(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
         return K.cast(idx[params["dimension"]], out_dtype)
     # low-precision floats: compute in float32, round on the way out
     compute = [K.cast(a, _compute_dtype(a.dtype)) for a in args]
-    result = K.alu(name, *compute)
-    target = out_dtype if name not in K.COMPARISONS else dtypes.bool_
+    op = eqn.primitive.kernel_op
+    assert op is not None, name  # the primitives without a kernel op are the cases above
+    result = K.alu(op, *compute)
+    target = out_dtype if op not in K.COMPARISONS else dtypes.bool_
     return K.cast(result, target)
 
 
@@ -484,11 +481,7 @@ SMALL_LOAD_BYTES = 1 << 14  # a buffer this small stays in L1 (a per-channel sca
 
 def _kernel_roots(ir: IR, stored: set[int]) -> dict[int, frozenset[int]]:
     """For every computed var, the stored vars whose kernels compute it (itself if it is stored)."""
-    users: dict[int, list[Eqn]] = {}
-    for eqn in ir.eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                users.setdefault(atom.id, []).append(eqn)
+    users = ir.users()
     roots: dict[int, frozenset[int]] = {}
     for eqn in reversed(ir.eqns):  # every user comes after its operands' producers
         for out in eqn.outputs:
@@ -591,12 +584,8 @@ def _shared_gathers(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
     (the cotangent gathered per window times the argmax mask, with BatchNorm's output recomputed) feeds
     three per-channel sums and the input gradient. Stored once in the layout of what it reads
     (channels-last there), each reader loads it contiguously; a sum of it becomes a column sum."""
-    producer = {v.id: e for e in ir.eqns for v in e.outputs}
-    users: dict[int, list[Eqn]] = {}
-    for eqn in ir.eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                users.setdefault(atom.id, []).append(eqn)
+    producer = ir.producers()
+    users = ir.users()
     roots = _kernel_roots(ir, stored)
     # div/rem index arithmetic comes only from reshapes that split or merge axes: the values computed
     # from one (through equations not stored) are the only ones worth building an expression for
@@ -633,15 +622,10 @@ def _window_layouts(ir: IR, stored: set[int]) -> dict[int, tuple[int, ...]]:
     pool's backward: ``_shared_gathers``) gather it. Products are not window reductions (their layouts are
     ``conv.py``'s), and a value that a reshape reads keeps C order (the reshape's flat index would
     become a gather)."""
-    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    producer = ir.producers()
     fixed = {a.id for a in ir.outputs if isinstance(a, Var)}
-    readers: dict[int, list[Eqn]] = {}
-    for eqn in ir.eqns:
-        for atom in eqn.inputs:
-            if isinstance(atom, Var):
-                readers.setdefault(atom.id, []).append(eqn)
-                if kind_of(eqn) == "host":
-                    fixed.add(atom.id)
+    fixed.update(a.id for eqn in ir.eqns if kind_of(eqn) == "host" for a in eqn.inputs if isinstance(a, Var))
+    readers = ir.users()
     carries: set[int] = set()  # vars whose kernel would hold a window reduction
     chosen: dict[int, tuple[int, ...]] = {}
     for eqn in ir.eqns:
@@ -712,12 +696,12 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
     ``row_reductions``: fuse a trailing-axes reduction into the elementwise pass that broadcasts it back
     (for devices whose renderer computes it once per row: the CPU's; see ``_materialized``)."""
     ir, keep = lower_convolutions(inline_calls(ir))
-    producer = {v.id: e for e in ir.eqns for v in e.outputs}
+    producer = ir.producers()
     stored = _materialized(ir, keep, row_reductions)
     shared = _shared_gathers(ir, stored) | _window_layouts(ir, stored)
     if shared:  # store them (in their layouts), then decide again what the rest inline
         ir, extra = _store_in_order(ir, shared)
-        producer = {v.id: e for e in ir.eqns for v in e.outputs}
+        producer = ir.producers()
         stored = _materialized(ir, (keep - set(shared)) | extra, row_reductions)
     steps: list[Step] = []
     for eqn in ir.eqns:
