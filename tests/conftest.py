@@ -9,6 +9,8 @@ float64 reference with tolerances fit for the result's dtype.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,13 @@ import pytest
 import funcgrad as fg
 from funcgrad.ir.core import typecheck
 from funcgrad.ir.interpreter import eval_ir
+
+# The tests are laid out like the package, a folder per layer (util, ir, core, transforms, lower, devices,
+# front, nn) and programs/ for whole programs; some test modules import helpers from another folder's
+# module by its name (devices/test_device_webgpu.py from lower/test_render_llvm.py), so every folder is on sys.path.
+for _folder in sorted(Path(__file__).resolve().parent.iterdir()):
+    if _folder.is_dir() and _folder.name.isidentifier() and str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 TOLERANCES = {  # (rtol, atol) per result dtype, for values computed in that dtype
     "float64": (1e-12, 1e-12),
@@ -94,7 +103,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="comma-separated devices for the tests that take a `device_name` (default: every "
                           "registered device but REFERENCE; an unavailable one is skipped with its reason)")
     parser.addoption("--update-replay", action="store_true", default=False,
-                     help="rewrite the kernel replay recordings under tests/replay/ (tests/test_replay.py) "
+                     help="rewrite the kernel replay recordings under tests/replay/ (tests/lower/test_replay.py) "
                           "instead of comparing with them, and remove those of programs no longer in the corpus")
 
 

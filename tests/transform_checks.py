@@ -1,4 +1,4 @@
-"""Transform checks for functions of float64 arrays, used by tests/test_numpy_transforms.py.
+"""Transform checks for functions of float64 arrays, used by tests/transforms/test_numpy_transforms.py.
 
 Each check takes ``fn`` (a function of one or more float64 Tensors returning a Tensor or a pytree
 of float Tensors) and ``xs`` (the NumPy float64 values of its arguments):

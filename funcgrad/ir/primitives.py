@@ -12,10 +12,10 @@ A primitive is a name plus these, kept here side by side:
   ``kernel.BINARY`` are read from here); None for every other primitive;
 * ``cost``: its cost class, one of ``COST_CLASSES``. The lowering layer's "costly op" sets
   (``schedule.EXPENSIVE``, ``render_loops.COSTLY``, ``devices/cpu.TRANSCENDENTAL``) are derived from
-  it with ``with_cost``; ``tests/test_lowering_facts.py`` checks that they stay derived.
+  it with ``with_cost``; ``tests/ir/test_lowering_facts.py`` checks that they stay derived.
 
 Transforms keep their rules in their own tables (``transforms/ad.py`` has ``jvp_rules[exp_p]``...);
-``tests/test_registry.py`` walks ``REGISTRY`` and fails when any primitive lacks a rule.
+``tests/ir/test_registry.py`` walks ``REGISTRY`` and fails when any primitive lacks a rule.
 
 Conventions (as in XLA/JAX's lax): elementwise primitives take operands of one dtype and one
 shape, except that rank-0 operands broadcast (so ``mul a 2.0`` needs no broadcast). Broadcasting,

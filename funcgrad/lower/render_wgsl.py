@@ -25,7 +25,7 @@ float operations, so results in that range are built on the bits (``fg_ldexp``).
 library is rough (exp ~10 ulp, log ~500 ulp near 1, asin ~3000, sin wrong past ~1e5), so the
 transcendental functions are written here: Cephes-style polynomials after exact range reduction
 (sin/cos/tan reduce with 2/pi's bits, Payne-Hanek, in integer arithmetic), exact fmod by long
-division, pow as exp(y log x) with y log x in double-float32. tests/test_device_webgpu.py documents
+division, pow as exp(y log x) with y log x in double-float32. tests/devices/test_device_webgpu.py documents
 the accuracy (within 4 ulp of NumPy).
 """
 

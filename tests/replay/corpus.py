@@ -3,10 +3,10 @@
 Each ``Program`` is a function and a builder of its example arguments (fixed shapes, float32 so every
 renderer can take it, values from fixed seeds). ``tests/replay/record.py`` traces a program with
 ``fg.jit(fn).lower(*args)``, schedules its IR and renders every kernel for every device; the
-recordings under ``tests/replay/<device>/<name>.txt`` are what ``tests/test_replay.py`` compares.
+recordings under ``tests/replay/<device>/<name>.txt`` are what ``tests/lower/test_replay.py`` compares.
 
 Adding a program: decorate a function with ``@program(args_builder)`` (the name is the function's);
-run ``python3 -m pytest tests/test_replay.py --update-replay`` and commit the new recordings.
+run ``python3 -m pytest tests/lower/test_replay.py --update-replay`` and commit the new recordings.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: make ``replay`` importable
 from replay.corpus import PROGRAMS  # noqa: E402
 
 RECORDINGS = Path(__file__).resolve().parent
-UPDATE_HINT = "python3 -m pytest tests/test_replay.py --update-replay"
+UPDATE_HINT = "python3 -m pytest tests/lower/test_replay.py --update-replay"
 
 # WebGPU guarantees 8 storage buffers per shader stage (adapters may allow more: lavapipe 32). The
 # recordings use the guaranteed limit, so they do not depend on the adapter and show the packing.

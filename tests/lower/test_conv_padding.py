@@ -35,7 +35,7 @@ from funcgrad.lower.render_llvm import render_llvm
 from funcgrad.lower.render_loops import _FunctionBuilder
 from funcgrad.lower.schedule import KernelStep, inline_calls, schedule
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_conv import direct_conv  # noqa: E402
 
 torch = pytest.importorskip("torch")

@@ -23,9 +23,9 @@ from funcgrad.devices import cpu_compiler as compiler
 from funcgrad.lower.kernel import evaluate_kernel
 from funcgrad.lower.render_llvm import render_llvm
 from funcgrad.lower.render_loops import llvm_function_name
-from tests.test_render_llvm import alu, elementwise_kernel, g, load, reduction_kernel
+from tests.lower.test_render_llvm import alu, elementwise_kernel, g, load, reduction_kernel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def erf_kernel(name: str = "erf_plus_constants", n: int = 1000) -> cpu.Kernel:

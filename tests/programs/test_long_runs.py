@@ -85,8 +85,9 @@ def _long_run(mode: str) -> None:
 def _in_a_fresh_process(mode: str) -> None:
     """Resident memory is measured in a process of its own: in the suite's (1.1 GB, every cache at its
     bound) the heap's churn from other tests' leftovers once showed as 9 MiB of growth."""
-    repo = Path(__file__).resolve().parent.parent
-    child = subprocess.run([sys.executable, "-c", f"from tests.test_long_runs import _long_run; _long_run({mode!r})"],
+    repo = Path(__file__).resolve().parents[2]
+    code = f"from tests.programs.test_long_runs import _long_run; _long_run({mode!r})"
+    child = subprocess.run([sys.executable, "-c", code],
                            cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
                            timeout=900)
     print(child.stdout)

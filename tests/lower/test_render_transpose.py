@@ -19,7 +19,7 @@ from funcgrad.lower import render_transpose
 from funcgrad.lower.kernel import Opt
 from funcgrad.lower.optimize import check_opts, heuristic_opts, neighbours
 from funcgrad.lower.render_llvm import render_llvm
-from tests.test_render_tile import kernels_of, run
+from tests.lower.test_render_tile import kernels_of, run
 
 pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU code generation, whatever DEVICE says
 

@@ -22,8 +22,8 @@ from funcgrad.lower.kernel import Kernel, Opt
 from funcgrad.lower.optimize import optimize
 from funcgrad.lower.render_llvm import render_llvm
 from funcgrad.lower.render_loops import SHORT_PARTIAL, llvm_function_name
-from tests.test_cpu_compiler import erf_kernel
-from tests.test_render_tile import assert_matches_reference, kernels_of, product_kernel, random_inputs, tiled
+from tests.devices.test_cpu_compiler import erf_kernel
+from tests.lower.test_render_tile import assert_matches_reference, kernels_of, product_kernel, random_inputs, tiled
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from funcgrad.ir.core import IR
 from funcgrad.lower import plan as plan_module
 from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, compile_plan
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RNG = np.random.default_rng(7)
 X = RNG.standard_normal((8, 4)).astype(np.float32)
 Y = RNG.standard_normal((4, 5)).astype(np.float32)

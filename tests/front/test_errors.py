@@ -34,7 +34,7 @@ from funcgrad.lazy import DeviceMismatchError
 from funcgrad.nn import functional as F
 from funcgrad.nn import optim, state
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
 
 class Row(NamedTuple):
@@ -699,7 +699,7 @@ def test_every_group_has_rows() -> None:
 @pytest.fixture
 def in_tmp_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     return tmp_path
 
 

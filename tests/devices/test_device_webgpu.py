@@ -305,7 +305,7 @@ def test_mlp_gradient_under_jit_matches_cpu(device: webgpu.WebGPUDevice) -> None
         np.testing.assert_allclose(grads[name].numpy(), want_grads[name].numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-# (residency of plans: tests/test_devices.py, on every resident device)
+# (residency of plans: tests/devices/test_devices.py, on every resident device)
 
 
 # --- limits and errors ------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Tests that take ``device_name`` run once per device chosen with ``--devices=CPU,CL,...`` (default:
 every registered device but REFERENCE; an unavailable one is skipped with the reason the registry
 gives). On each device they check, against the NumPy kernel evaluator or the reference interpreter:
-the kernel-level specification of tests/test_render_llvm.py (every UNARY/BINARY op on every dtype,
+the kernel-level specification of tests/lower/test_render_llvm.py (every UNARY/BINARY op on every dtype,
 casts, bitcasts, where, index arithmetic, reductions), random programs, movement ops, a matmul, a
 softmax, grad/vmap/jit of a small MLP and the seed's examples with the device as the default.
 
@@ -35,7 +35,7 @@ from funcgrad.ir.interpreter import eval_ir
 from funcgrad.lazy import DeviceMismatchError
 from funcgrad.lower.kernel import INDEX, Kernel, acc, alu, const, evaluate_kernel, load, var
 from funcgrad.lower.plan import Plan, compile_plan
-from tests.test_render_llvm import (  # the device-independent kernel specification, run here per device
+from tests.lower.test_render_llvm import (  # the device-independent kernel specification, run here per device
     test_binary_ops_match_reference,
     test_bitcasts_match_reference,
     test_casts_match_reference,
@@ -54,9 +54,9 @@ from tests.test_render_llvm import (  # the device-independent kernel specificat
     test_unary_ops_match_reference,
     test_where_selects_for_every_dtype,
 )
-from tests.test_schedule import _opened, _program, ops_strategy
+from tests.lower.test_schedule import _opened, _program, ops_strategy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPECIFICATION = [test_binary_ops_match_reference, test_bitcasts_match_reference, test_casts_match_reference,
                  test_empty_reductions_give_the_identity, test_epilogue_reads_the_accumulator,
                  test_float64_to_float16_rounds_once, test_float_ops_on_chains_of_ops,
@@ -314,7 +314,7 @@ def test_grad_vmap_jit_of_a_small_mlp(on_device, rng):
 
 
 def test_seed_examples_with_the_device_as_default(on_device):
-    from tests.test_seed_examples import BLOCKS
+    from tests.programs.test_seed_examples import BLOCKS
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DEVICE": on_device}
     for block in BLOCKS[1:]:
         result = subprocess.run([sys.executable, "-c", block[1]], env=env, capture_output=True, text=True, timeout=300)

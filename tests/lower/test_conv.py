@@ -23,7 +23,7 @@ from funcgrad.ir.primitives import conv_general_dilated_p
 from funcgrad.lower.render_llvm import render_llvm
 from funcgrad.lower.render_loops import reduce_outer
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import assert_close, check_both_modes  # noqa: E402
 from transform_checks import check_gradient, check_hessian_vector_product, check_jvp_vjp, check_vmap  # noqa: E402
 
@@ -239,7 +239,7 @@ def _product_kernels(kernels: list[Any]) -> list[Any]:
 
 
 def test_each_convolution_of_a_training_step_is_one_product_kernel_with_a_long_last_axis():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     from beautiful_mnist import Model, train_step
 
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ from funcgrad.ir.interpreter import eval_ir
 from funcgrad.lower.plan import Plan
 from funcgrad.lower.schedule import KernelStep
 from funcgrad.lower.split_reductions import split_long_reductions
-from tests.test_schedule import _opened
+from tests.lower.test_schedule import _opened
 
 CASES = {
     "sum over three axes": (lambda x: fnp.sum(x, axis=(0, 2, 3)), (6, 3, 5, 7)),

@@ -506,14 +506,14 @@ def test_second_process_loads_from_disk(tmp_path: Path) -> None:
     script = (
         "import numpy as np, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
-        "from tests.test_render_llvm import small_kernel\n"
+        "from tests.lower.test_render_llvm import small_kernel\n"
         "from funcgrad.devices.cpu import CPUDevice\n"
         "device = CPUDevice()\n"
         "compiled = device.compile(small_kernel())\n"
         "out = np.empty(8, np.float32)\n"
         "compiled([np.zeros(8, np.float32)], [out])\n"
         "print(compiled.origin, device.stats['compiled'], out[0])\n")
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     result = subprocess.run([sys.executable, "-c", script, root], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "FUNCGRAD_CACHE": str(tmp_path)}, cwd=root)
     assert result.stdout.split() == ["disk", "0", "3.0"], result.stderr

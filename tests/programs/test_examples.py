@@ -6,7 +6,7 @@ import re
 import runpy
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_readme_example_runs(capsys):

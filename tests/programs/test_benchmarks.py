@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "run.py"
 WORKLOADS = ["matmul_512", "matmul_1024", "matmul_2048", "gelu", "softmax", "layernorm", "dispatch",
              "mlp_first_call", "mlp_step", "cnn_first_step", "cnn_step", "mlp_peak_rss"]
 # issue 7's targets: (workload, the target as printed)

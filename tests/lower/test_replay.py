@@ -1,7 +1,7 @@
 """Kernel replay: the kernels of the corpus programs (tests/replay/corpus.py), rendered for every
 device, must equal the recordings under tests/replay/<device>/. A refactor proves it changed no
 kernel; an intended change shows its diff and is accepted with
-``python3 -m pytest tests/test_replay.py --update-replay`` (then commit the recordings).
+``python3 -m pytest tests/lower/test_replay.py --update-replay`` (then commit the recordings).
 Rendering only: nothing is compiled or run, no device needs to be present.
 """
 

@@ -20,7 +20,7 @@ def skip_without_fashion_mnist() -> None:
                     f"{str(err).splitlines()[0]}")
 
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks() -> None:
