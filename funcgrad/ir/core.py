@@ -41,7 +41,7 @@ class ShapedArray:
 
     def short_str(self) -> str:
         short = _SHORT_NAME.get(self.dtype)
-        if short is None:  # dtype.name is computed by NumPy in Python (~1 us): look it up once per dtype
+        if short is None:  # dtype.name is computed by NumPy in Python (slow): look it up once per dtype
             short = _SHORT_NAME.setdefault(self.dtype, _DTYPE_SHORT.get(self.dtype.name, self.dtype.name))
         return f"{short}[{','.join(map(str, self.shape))}]"
 

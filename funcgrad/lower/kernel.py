@@ -42,7 +42,7 @@ class UnsupportedDtypeError(TypeError):
 LOW_PRECISION = ("float16", "bfloat16")  # computed in float32 by the renderers, stored as 16 bits
 
 
-# NumPy computes ``dtype.name`` in Python (~3 us a call): renderers and the optimiser ask for it
+# NumPy computes ``dtype.name`` in Python (slow: docs/performance.md): renderers and the optimiser ask for it
 # tens of thousands of times per plan, so names and classes are looked up once per dtype
 _DTYPE_NAMES: dict[Any, str] = {}
 _DTYPE_CLASSES: dict[Any, str] = {}

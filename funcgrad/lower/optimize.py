@@ -114,7 +114,7 @@ def heuristic_opts(kernel: Kernel, tile: bool = True) -> tuple[Opt, ...]:
         if kernel.reduce_op in ("max", "min") and acc_dtype is not None and dtype_class(acc_dtype) == "f" \
                 and kernel.reduce_shape and kernel.reduce_shape[-1] >= UNROLL_MAX_MIN * 16:
             # a float max/min (NaN-propagating) is not vectorised across the loop; four independent
-            # chains let the core overlap them (softmax's row max over 4096: 10.1 -> 2.1 ms here)
+            # chains let the core overlap them (softmax's row max over 4096: docs/performance.md)
             opts.append(Opt("unroll", len(kernel.reduce_shape) - 1, UNROLL_MAX_MIN))
     split = partial_sum_split(kernel, accumulator_dtype(acc_dtype)) if acc_dtype is not None else None
     if split is not None:

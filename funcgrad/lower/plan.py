@@ -111,8 +111,8 @@ def _make_data_address() -> Callable[[np.ndarray], int | None]:
         return lambda array: int(array.__array_interface__["data"][0])
 
     def data_address(array: np.ndarray) -> int | None:
-        """The address of ``array``'s first element (None for a null pointer): ~0.15 us, where
-        ``__array_interface__`` takes ~1 us."""
+        """The address of ``array``'s first element (None for a null pointer), read from the object:
+        a fraction of ``__array_interface__``'s time (docs/performance.md)."""
         return pointer_at(id(array) + offset).value
     return data_address
 

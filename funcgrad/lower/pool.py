@@ -3,7 +3,7 @@
 glibc serves allocations above its mmap threshold (at most 32 MB) with fresh ``mmap``s and returns
 them with ``munmap``: every call of a plan with large outputs or intermediates (a 64 MB GELU output,
 the CNN's 37-51 MB activations) made the kernel touch new pages, each a page fault that zeroes 4 KB
-(~6500 faults and ~50 ms of system time per CNN step here; 4 ms of a 64 MB elementwise pass).
+(thousands of page faults a CNN step, each one system time: docs/performance.md).
 
 ``empty(shape, dtype)`` hands out arrays of at least ``POOL_MIN_BYTES`` from buffers that come back
 to the pool when the array and every view of it are gone; a request takes a free buffer of its size,
@@ -87,7 +87,8 @@ def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 def allocator(shape: tuple[int, ...], dtype: np.dtype) -> Callable[[], np.ndarray]:
     """``empty(shape, dtype)`` as a function of no arguments, with the size and the pool-or-not choice
-    made once (a plan's replay allocates each output this way: ``empty`` costs ~3 us of that choice)."""
+    made once (a plan's replay allocates each output this way; ``empty`` makes that choice again at
+    every call: docs/performance.md)."""
     dtype = np.dtype(dtype)
     size = math.prod(shape) * dtype.itemsize
     if size < POOL_MIN_BYTES:

@@ -765,7 +765,7 @@ def _costly(e: KExpr, memo: dict[KExpr, bool]) -> bool:
 
 def is_inline_math(e: KExpr) -> bool:
     """Is ``e`` a float32 exp, tanh or logistic, rendered as an inline polynomial (FLOAT32_OPS: a chain
-    of ~30 dependent vector operations, ~1 ns an element, where a libm call costs ~10)?"""
+    of ~30 dependent vector operations, a fraction of a libm call's time: docs/performance.md)?"""
     return e.op in FLOAT32_OPS and np.dtype(e.dtype) == FLOAT32
 
 
@@ -836,9 +836,9 @@ SHORT_PARTIAL = 128  # a partial sum's innermost loop up to this long is kept a 
 
 def _partial_hints(kernel: Kernel, choices: LoopChoices, depth: int, loops: int) -> tuple[str, ...]:
     """Reduction loop ``depth``'s hints, plus ``no_unroll`` on a partial sum's (``split``) short
-    innermost loop: O3 fully unrolls it into a scalar chain before the vectoriser sees it (the CNN's
-    BatchNorm sum over (512, 64) partials of 64: 5.8 ms, 62 ms of LLVM; kept a loop, it vectorises:
-    0.2 ms, 13 ms)."""
+    innermost loop: O3 fully unrolls it into a scalar chain before the vectoriser sees it; kept a loop,
+    it vectorises, and runs and compiles faster (the CNN's BatchNorm sum over (512, 64) partials of 64:
+    docs/performance.md)."""
     hints = choices.reduce_hints(depth, depth == loops - 1)
     if choices.split is None or depth != loops - 1 or depth < choices.split \
             or kernel.reduce_shape[depth] > SHORT_PARTIAL or any(hint.startswith("unroll") for hint in hints):
@@ -852,8 +852,8 @@ INLINE_INTERLEAVE = 4  # vectors in flight per iteration of an elementwise loop 
 def _interleave_hints(kernel: Kernel, choices: LoopChoices) -> tuple[str, ...]:
     """``interleave=4`` for the innermost loop of an elementwise kernel computing a FLOAT32_OPS function,
     when the opts leave its vectorisation to LLVM: one vector's ~30 dependent operations are latency-bound,
-    and four independent vectors per iteration keep the cores busy (GELU over 2^24 floats, one thread:
-    10.5 -> 8.8 ms; the same bits: each element's arithmetic is unchanged)."""
+    and four independent vectors per iteration keep the cores busy (faster on GELU, docs/performance.md;
+    the same bits: each element's arithmetic is unchanged)."""
     if kernel.reduce_expr is not None or choices.vectorize is not None:
         return ()
     memo: dict[KExpr, bool] = {}
@@ -1032,7 +1032,8 @@ def _row_block(builder: _FunctionBuilder, kernel: Kernel, reduce_vars: list[str]
             new = builder.alu(alu, [old, value], acc_compute)
         builder.emit(f"store {acc_type} {new}, ptr {pointer}")
     # LLVM fully unrolls a short row (< 64: 16 lanes x its interleave of 4) and may then vectorise a
-    # reduction loop with gathers (measured 5x slower on 20-wide rows and on 1-row remainder blocks):
+    # reduction loop with gathers (much slower on 20-wide rows and on 1-row remainder blocks, see
+    # docs/performance.md):
     # the reduction loops stay scalar, and (the heuristics' vectorize(0, 0)) a row that is not whole
     # vectors stays a vectorised loop
     builder.close_loop(inner, hints=choices.inner_hints())

@@ -82,7 +82,7 @@ def transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
 def _others_vectorise(kernel: Kernel, transposed: list[KExpr]) -> bool:
     """Whether every other large load is contiguous along, or constant over, the last axis: then the
     block's loop vectorises; a gather there (a pooling window's div/rem index) costs more than the
-    transpose saves (measured 1.6x slower on a max-pool backward)."""
+    transpose saves (a max-pool backward ran slower transposed: docs/performance.md)."""
     last = var(f"g{len(kernel.shape) - 1}")
     for load in _loads_of(kernel):
         aval = kernel.in_avals[load.arg]

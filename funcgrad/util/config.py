@@ -36,8 +36,8 @@ def _environment_getter() -> Callable[[bytes], bytes | None]:
 
 
 environment_get = _environment_getter()
-"""``environment_get(b"DEBUG")``: the variable's value as bytes, or None; read on every call, in ~30 ns
-where ``os.environ.get`` takes ~700 ns (a jitted call checks three settings)."""
+"""``environment_get(b"DEBUG")``: the variable's value as bytes, or None; read on every call, in a
+fraction of ``os.environ.get``'s time (a jitted call checks three settings; docs/performance.md)."""
 
 
 def env_value(variable: str) -> str | None:
@@ -122,7 +122,7 @@ def nonfinite_checks() -> tuple[str, ...]:
     return active
 
 
-# the checks as last read: what ``bind`` tests per operation (an attribute read, where the
-# environment lookup would cost ~1 us); refreshed by every plan run and every ``update``
+# the checks as last read: what ``bind`` tests per operation (an attribute read, far cheaper than an
+# environment lookup per operation: docs/performance.md); refreshed by every plan run and every ``update``
 active: tuple[str, ...] = ()
 nonfinite_checks()
