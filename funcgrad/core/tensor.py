@@ -358,6 +358,20 @@ def grad_leaves() -> list[Tensor]:
     with _GRAD_LEAVES_LOCK:
         return list(GRAD_LEAVES.values())
 
+def realize_all(tensors: Sequence[Tensor]) -> None:
+    """Compute every pending Tensor of ``tensors`` in one call to the eager handler (so shared work
+    is done once); a traced one raises the ConcretizationError that says why it cannot be."""
+    pending = []
+    for tensor in tensors:
+        data = tensor._data
+        if isinstance(data, Tracer):
+            tensor._concrete("realize()")
+        elif data.array is None:
+            pending.append(data)
+    if pending:
+        _eager.realize(pending)
+
+
 def as_tensor(value: Any) -> Tensor:
     """A pytree leaf as a Tensor (what the transforms hand to ``evaluate``): Tensors pass, a NumPy
     scalar (an IR literal) keeps its exact dtype, a Python scalar becomes a weakly typed rank-0
