@@ -124,9 +124,12 @@ class MovementMethods:
             return fnp.reshape(fnp.roll(fnp.ravel(x), shifts), x.shape)
         return fnp.roll(x, shifts, axis=dims)
 
-    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
-        """Swap two axes (tinygrad and PyTorch); ``x.transpose()`` of a matrix is its transpose."""
+    def transpose(self, dim0: Any = 1, dim1: int = 0, *more: int) -> Tensor:
+        """Swap two axes (tinygrad and PyTorch; ``x.transpose()`` swaps axes 1 and 0). A full
+        permutation (``x.transpose(1, 2, 0)`` or a tuple) is NumPy's transpose."""
         x = fnp.asarray(self)
+        if more or isinstance(dim0, (tuple, list)):
+            return fnp.transpose(x, tuple(dim0) if isinstance(dim0, (tuple, list)) else (dim0, dim1, *more))
         if x.ndim < 2 and (dim0, dim1) == (1, 0):
             return x
         return fnp.swapaxes(x, _axis(x, dim0, "transpose"), _axis(x, dim1, "transpose"))
