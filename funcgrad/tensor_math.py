@@ -170,7 +170,7 @@ class MathMethods:
     def logcumsumexp(self, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along ``axis``, shifted by the maximum so it does not overflow."""
         x = fnp.asarray(self)
-        if x.ndim == 0:
+        if x.ndim == 0 or x.size == 0:
             return x
         axis = _moved(x, axis, "logcumsumexp")
         peak = fnp.max(x, axis=axis, keepdims=True)

@@ -298,12 +298,22 @@ class MovementMethods:
     def masked_select(self, mask: Any, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """The elements where ``mask`` (broadcast) is True, as a 1-D Tensor. Its length depends on the
         values, so it needs a concrete mask unless ``size`` fixes it (padded with ``fill_value``)."""
-        x, mask = fnp.broadcast_arrays(fnp.asarray(self), fnp.asarray(mask))
+        x, mask = fnp.asarray(self), fnp.asarray(mask)
         if not dtypes.is_bool(mask.dtype):
             raise TypeError(f"masked_select: mask must be bool, got dtype {mask.dtype.name}")
-        (flat,) = fnp.nonzero(fnp.ravel(mask), size=size, fill_value=-1 if size is not None else None)
-        picked = fnp.take(fnp.ravel(x), fnp.maximum(flat, 0))
-        return picked if size is None else fnp.where(flat >= 0, picked, fnp.astype(fnp.asarray(fill_value), x.dtype))
+        shape = fnp.broadcast_shapes(x.shape, mask.shape)
+        x = fnp.ravel(fnp.broadcast_to(x, shape))
+        if not mask.is_traced:  # a concrete mask: its positions are constants (also inside a trace of x)
+            positions = np.flatnonzero(np.broadcast_to(mask.numpy(), shape)).astype(np.int32)
+            if size is not None:
+                picked = fnp.take(x, fnp.asarray(positions[:size]))
+                return fnp.pad(picked, (0, max(size - len(positions), 0)), constant_values=fill_value)
+            return fnp.take(x, fnp.asarray(positions))
+        if size is None:
+            raise ValueError("masked_select: a traced mask needs size= (the output length depends on its values)")
+        (flat,) = fnp.nonzero(fnp.ravel(fnp.broadcast_to(mask, shape)), size=size, fill_value=-1)
+        picked = fnp.take(x, fnp.maximum(flat, 0))
+        return fnp.where(flat >= 0, picked, fnp.astype(fnp.asarray(fill_value), x.dtype))
 
     def nonzero(self, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """The (count, ndim) indices of the nonzero elements (PyTorch's layout)."""

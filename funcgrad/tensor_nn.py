@@ -230,8 +230,15 @@ class NNMethods:
         target = fnp.asarray(Y)
         if not dtypes.is_int(target.dtype):
             raise TypeError(f"nll_loss: targets must be integers, got dtype {target.dtype.name}")
+        classes = x.shape[0 if x.ndim == 1 else 1]
+        if not target.is_traced:  # concrete targets are checked, as PyTorch does
+            values = target.numpy()
+            bad = (values < 0) | (values >= classes)
+            if ignore_index is not None:
+                bad &= values != ignore_index
+            if bad.any():
+                raise IndexError(f"nll_loss: target {values[bad].flat[0]} is out of range for {classes} classes")
         class_axis = 0 if x.ndim == 1 else 1
-        classes = x.shape[class_axis]
         log_probs = fnp.moveaxis(x, class_axis, -1)
         if target.shape != log_probs.shape[:-1]:
             raise ValueError(f"nll_loss: targets of shape {target.shape} do not match input {x.shape} "
@@ -239,11 +246,6 @@ class NNMethods:
         target = fnp.astype(target, dtypes.int32)
         valid = fnp.ones(target.shape, dtype=dtypes.bool_) if ignore_index is None else target != ignore_index
         safe = fnp.where(valid, target, 0)
-        if not target.is_traced:
-            values = safe.numpy()
-            if values.size and (values.min() < 0 or values.max() >= classes):
-                raise IndexError(f"nll_loss: target {values[(values < 0) | (values >= classes)].flat[0]} is out "
-                                 f"of range for {classes} classes")
         picked = fnp.squeeze(fnp.take_along_axis(log_probs, fnp.expand_dims(safe, -1), axis=-1), -1)
         weights = fnp.astype(valid, x.dtype)
         if weight is not None:
