@@ -210,7 +210,8 @@ def gradients(loss: Tensor, targets: tuple[Tensor, ...], gradient: Any = None) -
         raise RuntimeError("gradient() needs the computation that produced this Tensor, but its value was already "
                            "computed (by .item(), .numpy(), print, ...), which discards it; call gradient() first")
     ir, inputs = graph_to_ir([data, *buffers])  # type: ignore[list-item]
-    loss_var, target_vars = ir.outputs[0], ir.outputs[1:]
+    loss_var, target_vars = ir.outputs[0], [v for v in ir.outputs[1:] if isinstance(v, Var)]
+    assert isinstance(loss_var, Var) and len(target_vars) == len(targets)  # pending buffers are never literals
     _check_used(targets, [v.id in _needed_by(ir, loss_var) for v in target_vars])
     unique = list({v.id: v for v in target_vars}.values())
     arguments = [Tensor._wrap(b) for b in inputs]
@@ -249,7 +250,8 @@ def _evaluate_bumped(ir: IR, arguments: list[Tensor], bumps: dict[int, Tensor]) 
         outs = bind(eqn.primitive, *ins, **eqn.param_dict)
         for var, value in zip(eqn.outputs, outs if eqn.primitive.multiple_results else (outs,)):
             store(var, value)
-    return env[ir.outputs[0].id]
+    output = ir.outputs[0]
+    return output.value if isinstance(output, Literal) else env[output.id]
 
 
 def _check_used(targets: tuple[Tensor, ...], used: list[bool]) -> None:

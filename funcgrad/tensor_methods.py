@@ -53,6 +53,7 @@ class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
         def shape(self) -> tuple[int, ...]: ...
         @property
         def ndim(self) -> int: ...
+        requires_grad: bool | None
 
     # --- operators ----------------------------------------------------------------------------
     def __add__(self, other: Any) -> Tensor: return fnp.add(self, other)
@@ -296,26 +297,20 @@ class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
         from funcgrad.autograd import gradients
         return gradients(self, targets, gradient)  # type: ignore[arg-type]
 
-    def realize(self, *lst: Tensor) -> Tensor:
-        """Compute this Tensor and ``lst`` now, in one go (tinygrad's ``Tensor.realize(a, b)``); returns self."""
-        from funcgrad.core.tensor import realize_all
-        realize_all((self, *lst))  # type: ignore[arg-type]
-        return self  # type: ignore[return-value]
-
     def assign(self, x: Any) -> Tensor:
         """Make this Tensor hold ``x``'s value (same shape; cast to this dtype), as tinygrad's
         optimizers update weights in place; returns self. Other Tensors are not affected."""
         value = fnp.asarray(x)
         if value.shape != self.shape:
             value = fnp.broadcast_to(value, self.shape)
-        if value.dtype != self.dtype:  # type: ignore[attr-defined]
-            value = fnp.astype(value, self.dtype)  # type: ignore[attr-defined]
-        self._data = value._data  # type: ignore[attr-defined]
+        if value.dtype != self.dtype:
+            value = fnp.astype(value, self.dtype)
+        self._data = value._data
         return self  # type: ignore[return-value]
 
     def clone(self, device: str | None = None) -> Tensor:
         """A new Tensor with the same value (gradients flow through it, as PyTorch's clone)."""
-        copy = Tensor._wrap(self._data)  # type: ignore[attr-defined]  # values are immutable: sharing is a copy
+        copy = Tensor._wrap(self._data)  # values are immutable: sharing is a copy
         return copy if device is None else copy.to(device)
 
     def contiguous_backward(self) -> Tensor:
@@ -323,7 +318,7 @@ class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
         return fnp.asarray(self)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        self.requires_grad = requires_grad  # type: ignore[attr-defined]
+        self.requires_grad = requires_grad
         return self  # type: ignore[return-value]
 
     def to_(self, device: str) -> Tensor:
@@ -360,7 +355,7 @@ class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
         from funcgrad.devices import get_device
         from funcgrad.lazy import LazyBuffer, graph_to_ir
         from funcgrad.lower import compile_plan
-        data = self._data  # type: ignore[attr-defined]
+        data = self._data
         if not isinstance(data, LazyBuffer):
             raise TypeError("schedule() needs a concrete (lazy) Tensor, not a traced one")
         if data.realized:
@@ -472,10 +467,10 @@ def _random(kind: str, shape: tuple[Any, ...], dtype: Any, requires_grad: bool |
 
 
 _NOT_COPIED = {"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__", "__annotations__"}
-_CORE_OWNED = set(vars(Tensor))  # what tensor.py defines itself stays (except realize, extended here)
+_CORE_OWNED = set(vars(Tensor))  # what tensor.py defines itself stays
 for _group in reversed(TensorMethods.__mro__[:-1]):  # the groups first, so TensorMethods' own win
     for _name, _member in vars(_group).items():
-        if _name not in _NOT_COPIED and (_name not in _CORE_OWNED or _name == "realize"):
+        if _name not in _NOT_COPIED and _name not in _CORE_OWNED:
             setattr(Tensor, _name, _member)
 if "nbytes" not in _CORE_OWNED:  # tinygrad's nbytes() is a method (NumPy's a property)
     Tensor.nbytes = lambda self: self.size * self.dtype.itemsize  # type: ignore[attr-defined]

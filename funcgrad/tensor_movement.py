@@ -427,7 +427,7 @@ def _rearrange(x: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
     for n in names_right:
         wanted.extend([f"...{i}" for i in range(ellipsis_rank)] if n == "..." else [n])
     x = fnp.permute_dims(x, tuple(flat_names.index(n) for n in wanted))
-    out_shape = []
+    out_shape: list[int] = []
     for group in right:
         if group == ["..."]:
             out_shape.extend(ellipsis_shape)

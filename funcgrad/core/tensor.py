@@ -279,11 +279,10 @@ class Tensor(_Methods):
         assert data.array is not None
         return data.array
 
-    def realize(self) -> Tensor:
-        """Run the pending computation now (no-op if already computed); returns ``self``."""
-        data = self._data
-        if isinstance(data, Tracer) or data.array is None:  # computed already: nothing to do
-            self._concrete("realize()")
+    def realize(self, *lst: Tensor) -> Tensor:
+        """Run the pending computation of this Tensor and of ``lst`` now, in one go (no-op for values
+        already computed; tinygrad's ``Tensor.realize(a, b)``); returns ``self``."""
+        realize_all((self, *lst))
         return self
 
     def numpy(self) -> np.ndarray:

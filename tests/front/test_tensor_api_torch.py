@@ -5,10 +5,10 @@ errors bad arguments get. Each row of CASES is one method and one set of input s
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-import zlib
 
 import numpy as np
 import pytest
@@ -150,7 +150,8 @@ CASES: list[Case] = [
     Case("bitwise_or", lambda a, b: a.bitwise_or(b), torch.bitwise_or, [I32(3, 4, high=16), I32(3, 4, high=16)]),
     Case("bitwise_xor", lambda a, b: a.bitwise_xor(b), torch.bitwise_xor, [I32(3, 4, high=16), I32(1, 4, high=16)]),
     Case("bitwise_not", lambda a: a.bitwise_not(), torch.bitwise_not, [I32(3, 4, low=-8, high=8)]),
-    Case("isclose", lambda a, b: a.isclose(b, atol=0.5), lambda a, b: torch.isclose(a, b, atol=0.5), [F32(3, 4), F32(4)]),
+    Case("isclose", lambda a, b: a.isclose(b, atol=0.5),
+         lambda a, b: torch.isclose(a, b, atol=0.5), [F32(3, 4), F32(4)]),
     Case("isinf_positive", lambda a: (a / 0.0).isinf(detect_negative=False), lambda a: torch.isposinf(a / 0.0),
          [F32(3, 4)]),
     Case("einsum", lambda a, b: Tensor.einsum("ij,jk->ik", a, b), lambda a, b: torch.einsum("ij,jk->ik", a, b),
@@ -180,12 +181,14 @@ CASES: list[Case] = [
     Case("cumprod_neg_axis", lambda x: x.cumprod(-1), lambda x: torch.cumprod(x, -1), [F32(2, 3, 4)]),
     Case("cummax", lambda x: x.cummax(1), lambda x: tuple(torch.cummax(x, 1)), [F32(3, 5)]),
     Case("cummin", lambda x: x.cummin(0), lambda x: tuple(torch.cummin(x, 0)), [F32(5, 3)]),
-    Case("logcumsumexp", lambda x: x.logcumsumexp(1), lambda x: torch.logcumsumexp(x, 1), [F32(3, 5, low=-20, high=20)]),
+    Case("logcumsumexp", lambda x: x.logcumsumexp(1),
+         lambda x: torch.logcumsumexp(x, 1), [F32(3, 5, low=-20, high=20)]),
     Case("logcumsumexp_zero_size", lambda x: x.logcumsumexp(0), lambda x: torch.logcumsumexp(x, 0), [F32(0, 3)]),
     Case("sort", lambda x: x.sort(), lambda x: tuple(torch.sort(x, stable=True)), [F32(3, 5)]),
     Case("sort_descending_dim0", lambda x: x.sort(0, descending=True),
          lambda x: tuple(torch.sort(x, dim=0, descending=True, stable=True)), [F32(4, 3)]),
-    Case("argsort", lambda x: x.argsort(1, descending=True), lambda x: torch.argsort(x, dim=1, descending=True, stable=True),
+    Case("argsort", lambda x: x.argsort(1, descending=True),
+         lambda x: torch.argsort(x, dim=1, descending=True, stable=True),
          [F32(3, 5)]),
     Case("topk", lambda x: x.topk(2), lambda x: tuple(torch.topk(x, 2)), [F32(3, 5)]),
     Case("topk_smallest_dim0", lambda x: x.topk(3, dim=0, largest=False),
@@ -196,7 +199,8 @@ CASES: list[Case] = [
          [F32(2, 3, 4)]),
     Case("pad_negative", lambda x: x.pad((-1, 2, 1, -2)), lambda x: tF.pad(x, (-1, 2, 1, -2)), [F32(4, 5)]),
     Case("pad_grouped", lambda x: x.pad(((1, 2), None)), lambda x: tF.pad(x, (0, 0, 1, 2)), [F32(3, 4)]),
-    Case("pad_reflect", lambda x: x.pad((2, 1, 1, 2), mode="reflect"), lambda x: tF.pad(x, (2, 1, 1, 2), mode="reflect"),
+    Case("pad_reflect", lambda x: x.pad((2, 1, 1, 2), mode="reflect"),
+         lambda x: tF.pad(x, (2, 1, 1, 2), mode="reflect"),
          [F32(1, 2, 4, 5)]),
     Case("pad_replicate", lambda x: x.pad((2, 1, 3, 0), mode="replicate"),
          lambda x: tF.pad(x, (2, 1, 3, 0), mode="replicate"), [F32(1, 2, 4, 5)]),
@@ -217,7 +221,8 @@ CASES: list[Case] = [
     Case("cat", lambda a, b: a.cat(b, dim=1), lambda a, b: torch.cat([a, b], 1), [F32(3, 2), F32(3, 4)]),
     Case("cat_zero_size", lambda a, b, c: a.cat(b, c), lambda a, b, c: torch.cat([a, b, c]),
          [F32(2, 3), F32(0, 3), F32(1, 3)]),
-    Case("cat_static", lambda a, b: Tensor.cat(a, b, dim=-1), lambda a, b: torch.cat([a, b], -1), [F32(2, 3), F32(2, 1)]),
+    Case("cat_static", lambda a, b: Tensor.cat(a, b, dim=-1),
+         lambda a, b: torch.cat([a, b], -1), [F32(2, 3), F32(2, 1)]),
     Case("stack", lambda a, b: a.stack(b, dim=1), lambda a, b: torch.stack([a, b], 1), [F32(3, 2), F32(3, 2)]),
     Case("stack_rank0", lambda a, b: Tensor.stack(a, b), lambda a, b: torch.stack([a, b]), [F32(), F32()]),
     Case("split_int", lambda x: x.split(2, dim=1), lambda x: torch.split(x, 2, dim=1), [F32(3, 5)]),
@@ -294,7 +299,8 @@ CASES: list[Case] = [
          [F32(4, 5), F32(4, 5, low=0, high=1)]),
     Case("nll_loss", lambda x, y: x.nll_loss(y), tF.nll_loss, [F32(4, 5), I32(4)]),
     Case("nll_loss_weight_ignore", lambda x, y, w: x.nll_loss(y, w, ignore_index=2),
-         lambda x, y, w: tF.nll_loss(x, y, w, ignore_index=2), [F32(6, 4), I32(6, high=4), F32(4, low=0.5, high=2)], frozen=(2,)),
+         lambda x, y, w: tF.nll_loss(x, y, w, ignore_index=2),
+         [F32(6, 4), I32(6, high=4), F32(4, low=0.5, high=2)], frozen=(2,)),
     Case("nll_loss_spatial_sum", lambda x, y: x.nll_loss(y, reduction="sum"),
          lambda x, y: tF.nll_loss(x, y, reduction="sum"), [F32(2, 3, 4), I32(2, 4, high=3)]),
     Case("sparse_categorical_crossentropy_none", lambda x, y: x.sparse_categorical_crossentropy(y, reduction="none"),
@@ -310,7 +316,8 @@ CASES: list[Case] = [
     Case("conv_transpose2d_groups_dilation", lambda x, w: x.conv_transpose2d(w, groups=2, dilation=2, stride=(1, 2)),
          lambda x, w: tF.conv_transpose2d(x, w, groups=2, dilation=2, stride=(1, 2)),
          [F32(1, 4, 3, 3), F32(4, 1, 2, 3)]),
-    Case("max_pool2d_ceil_mode", lambda x: x.max_pool2d(2, ceil_mode=True), lambda x: tF.max_pool2d(x, 2, ceil_mode=True),
+    Case("max_pool2d_ceil_mode", lambda x: x.max_pool2d(2, ceil_mode=True),
+         lambda x: tF.max_pool2d(x, 2, ceil_mode=True),
          [F32(1, 2, 5, 5)]),
     Case("max_pool2d_ceil_stride_padding", lambda x: x.max_pool2d(3, 2, padding=1, ceil_mode=True),
          lambda x: tF.max_pool2d(x, 3, 2, padding=1, ceil_mode=True), [F32(2, 1, 6, 7)]),
@@ -318,7 +325,8 @@ CASES: list[Case] = [
          lambda x: tuple(tF.max_pool2d(x, 2, return_indices=True)), [F32(1, 2, 4, 6)]),
     Case("max_pool2d_indices_padded_dilated", lambda x: x.max_pool2d(3, 2, dilation=2, padding=1, return_indices=True),
          lambda x: tuple(tF.max_pool2d(x, 3, 2, padding=1, dilation=2, return_indices=True)), [F32(1, 1, 7, 8)]),
-    Case("avg_pool2d_ceil_mode", lambda x: x.avg_pool2d(2, ceil_mode=True), lambda x: tF.avg_pool2d(x, 2, ceil_mode=True),
+    Case("avg_pool2d_ceil_mode", lambda x: x.avg_pool2d(2, ceil_mode=True),
+         lambda x: tF.avg_pool2d(x, 2, ceil_mode=True),
          [F32(1, 2, 5, 5)]),
     Case("avg_pool2d_ceil_padding", lambda x: x.avg_pool2d(3, 2, padding=1, ceil_mode=True),
          lambda x: tF.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True), [F32(1, 1, 6, 7)]),
@@ -416,3 +424,159 @@ def test_forward_and_gradients_match_torch(case: Case) -> None:
         expected = np.zeros(arrays[i].shape) if expected is None else expected.numpy()
         np.testing.assert_allclose(grad.numpy(), expected, rtol=case.rtol * 5, atol=case.atol * 5,
                                    err_msg=f"{case.name}: gradient w.r.t. input {i}")
+
+
+# --- autodiff and realizing ------------------------------------------------------------------------
+
+
+def test_gradient_gives_total_derivatives_like_torch_autograd_grad() -> None:
+    rng = np.random.default_rng(0)
+    x_np, w_np = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    x, w = Tensor(x_np), Tensor(w_np)
+    hidden = (x @ w).tanh()
+    loss = (hidden * hidden).sum()
+    g_x, g_w, g_hidden = loss.gradient(x, w, hidden)
+    tx, tw = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (x_np, w_np))
+    t_hidden = (tx @ tw).tanh()
+    expected = torch.autograd.grad((t_hidden * t_hidden).sum(), (tx, tw, t_hidden))
+    for mine, theirs in zip((g_x, g_w, g_hidden), expected):
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-5)
+    assert x.grad is None and w.grad is None  # no side effects, unlike backward()
+
+
+def test_gradient_seed_for_non_scalar_and_inside_grad() -> None:
+    x = Tensor([1.0, 2.0, 3.0])
+    (g,) = (x * x).gradient(x, gradient=Tensor([1.0, 0.0, 2.0]))
+    np.testing.assert_allclose(g.numpy(), [2.0, 0.0, 12.0])
+    second = fg.grad(lambda a: (a ** 3).sum().gradient(a)[0].sum())(Tensor([1.0, 2.0]))  # d/da 3a^2 = 6a
+    np.testing.assert_allclose(second.numpy(), [6.0, 12.0], rtol=1e-6)
+
+
+def test_gradient_errors_say_what_is_wrong() -> None:
+    x, unused = Tensor([1.0, 2.0]), Tensor([3.0])
+    with pytest.raises(RuntimeError, match="target 1 .* was not used"):
+        (x * 2).sum().gradient(x, unused)
+    with pytest.raises(ValueError, match="scalar"):
+        (x * 2).gradient(x)
+    with pytest.raises(TypeError, match="floating-point"):
+        (x * 2).sum().gradient(Tensor([1, 2]))
+
+
+def test_realize_several_assign_clone_and_requires_grad_() -> None:
+    a, b = Tensor([1.0, 2.0]) + 1, Tensor([3.0]) * 2
+    assert a.realize(b) is a
+    assert a.tolist() == [2.0, 3.0] and b.tolist() == [6.0]
+    weight = Tensor([1.0, 2.0])
+    other = weight
+    assert weight.assign(weight - 0.5) is weight and weight.tolist() == [0.5, 1.5]
+    assert other.tolist() == [0.5, 1.5]  # the same Tensor object
+    with pytest.raises(ValueError):
+        weight.assign(Tensor([1.0, 2.0, 3.0]))
+    leaf = Tensor([2.0, 3.0]).requires_grad_()
+    assert leaf.requires_grad is True
+    (leaf.clone() * leaf).sum().backward()
+    tleaf = torch.tensor([2.0, 3.0], requires_grad=True)
+    (tleaf.clone() * tleaf).sum().backward()
+    np.testing.assert_allclose(leaf.grad.numpy(), tleaf.grad.numpy())
+    assert leaf.contiguous_backward().tolist() == [2.0, 3.0]
+    assert bytes(Tensor(np.arange(3, dtype=np.int32)).data()) == np.arange(3, dtype=np.int32).tobytes()
+
+
+# --- creation -------------------------------------------------------------------------------------
+
+
+def test_like_constructors_linspace_meshgrid() -> None:
+    x = Tensor(np.zeros((2, 3), np.float32))
+    assert x.empty_like().shape == (2, 3) and x.empty_like(dtype="int32").dtype == np.int32
+    np.testing.assert_array_equal(x.full_like(7).numpy(), torch.full_like(torch.zeros(2, 3), 7).numpy())
+    np.testing.assert_allclose(Tensor.linspace(-1, 2, 7).numpy(), torch.linspace(-1, 2, 7).numpy(), rtol=1e-6)
+    assert Tensor.linspace(0, 1, 0).shape == (0,)
+    a, b = Tensor([1, 2, 3]), Tensor([4, 5])
+    for mine, theirs in zip(a.meshgrid(b), torch.meshgrid(torch.tensor([1, 2, 3]), torch.tensor([4, 5]),
+                                                          indexing="ij")):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    for mine, theirs in zip(a.meshgrid(b, indexing="xy"), torch.meshgrid(torch.tensor([1, 2, 3]),
+                                                                         torch.tensor([4, 5]), indexing="xy")):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+def test_random_constructors_have_the_right_distribution() -> None:
+    Tensor.manual_seed(3)
+    x = Tensor.zeros(200, 100)
+    assert x.rand_like().shape == (200, 100) and 0.0 <= float(x.rand_like().min()) < float(x.rand_like().max()) < 1.0
+    assert abs(float(x.randn_like().std()) - 1.0) < 0.03
+    normal = Tensor.normal(200, 100, mean=2.0, std=0.5)
+    assert abs(float(normal.mean()) - 2.0) < 0.02 and abs(float(normal.std()) - 0.5) < 0.02
+    he = Tensor.kaiming_normal(256, 64, a=0.0)
+    assert abs(float(he.std()) - np.sqrt(2.0 / 64)) < 0.01
+    scaled = Tensor.scaled_uniform(64, 64)
+    assert float(scaled.abs().max()) <= 1 / 64 and abs(float(scaled.std()) - (1 / 64) / np.sqrt(3)) < 0.001
+    perm = Tensor.randperm(10)
+    assert sorted(perm.tolist()) == list(range(10)) and perm.dtype == np.int32
+    probs = Tensor([0.1, 0.0, 0.6, 0.3])
+    draws = probs.multinomial(4000, replacement=True).numpy()
+    assert 1 not in draws and abs(np.mean(draws == 2) - 0.6) < 0.03
+    unique = Tensor([[0.2, 0.3, 0.5], [1.0, 1.0, 0.0]]).multinomial(2).numpy()
+    assert unique.shape == (2, 2) and all(len(set(row)) == 2 for row in unique) and 2 not in unique[1]
+
+
+def test_from_blob_copies_the_memory() -> None:
+    source = np.arange(6, dtype=np.float32)
+    blob = Tensor.from_blob(source.ctypes.data, (2, 3), dtype="float32")
+    source[:] = 0
+    assert blob.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+
+
+def test_sizes_and_casts() -> None:
+    x = Tensor(np.ones((2, 3), np.float32))
+    assert x.numel() == 6 and x.element_size() == 4 and x.nbytes() == 24 and x.is_floating_point()
+    assert not Tensor([1]).is_floating_point()
+    for method, _dtype in [("int", torch.int32), ("long", torch.int64), ("short", torch.int16), ("bool", torch.bool),
+                          ("double", torch.float64), ("bfloat16", torch.bfloat16)]:
+        mine = getattr(Tensor([1.5, -2.0, 0.0]), method)()
+        theirs = getattr(torch.tensor([1.5, -2.0, 0.0]), method)()
+        assert str(mine.dtype) == str(theirs.dtype).replace("torch.", ""), method
+        np.testing.assert_array_equal(mine.numpy().astype(np.float64), theirs.to(torch.float64).numpy())
+    bits = Tensor([1.0, -2.0]).bitcast("int32")
+    np.testing.assert_array_equal(bits.numpy(), torch.tensor([1.0, -2.0]).view(torch.int32).numpy())
+    assert Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7])) is True
+
+
+# --- errors: PyTorch's kind of exception or a clearer one, naming the method -------------------------
+
+
+ERRORS = [
+    ("split_sizes", lambda x: x.split([1, 3], dim=0), lambda x: torch.split(x, [1, 3], dim=0), "split"),
+    ("cat_dim", lambda x: x.cat(x, dim=2), lambda x: torch.cat([x, x], 2), "cat"),
+    ("gather_rank", lambda x: x.gather(0, Tensor([0])), lambda x: x.gather(0, torch.tensor([0])), "gather"),
+    ("gather_float_index", lambda x: x.gather(0, Tensor([[0.0]])), lambda x: x.gather(0, torch.tensor([[0.0]])),
+     "gather"),
+    ("topk_k", lambda x: x.topk(5), lambda x: torch.topk(x, 5), "topk"),
+    ("pad_mode", lambda x: x.pad((1, 1), mode="mirror"), lambda x: tF.pad(x, (1, 1), mode="mirror"), "pad"),
+    ("pad_reflect_too_big", lambda x: x.pad((3, 3), mode="reflect"), lambda x: tF.pad(x, (3, 3), mode="reflect"),
+     "pad"),
+    ("masked_fill_float_mask", lambda x: x.masked_fill(x, 0.0), lambda x: x.masked_fill(x, 0.0), "masked_fill"),
+    ("unfold_size", lambda x: x.unfold(0, 5, 1), lambda x: x.unfold(0, 5, 1), "unfold"),
+    ("interpolate_mode", lambda x: x.interpolate((4,), mode="area2"), lambda x: tF.interpolate(x, (4,), mode="area2"),
+     "interpolate"),
+    ("div_rounding", lambda x: x.div(2, rounding_mode="round"), lambda x: torch.div(x, 2, rounding_mode="round"),
+     "div"),
+    ("scatter_reduce_kind", lambda x: x.scatter_reduce(0, Tensor([[0, 1]]), x, "median"),
+     lambda x: x.scatter_reduce(0, torch.tensor([[0, 1]]), x, "median"), "scatter_reduce"),
+    ("transpose_dim", lambda x: x.transpose(0, 3), lambda x: x.transpose(0, 3), "transpose"),
+    ("one_hot_float", lambda x: x.one_hot(3), lambda x: tF.one_hot(x, 3), "one_hot"),
+    ("nll_loss_target_range", lambda x: x.nll_loss(Tensor([0, 7])), lambda x: tF.nll_loss(x, torch.tensor([0, 7])),
+     "nll_loss"),
+]
+
+
+@pytest.mark.parametrize("name, ours, theirs, method", ERRORS, ids=[e[0] for e in ERRORS])
+def test_bad_arguments_raise_like_torch_or_clearer(name: str, ours: Callable[..., Any], theirs: Callable[..., Any],
+                                                   method: str) -> None:
+    array = np.arange(6, dtype=np.float32).reshape(2, 3) / 7
+    with pytest.raises(Exception) as torch_error:  # noqa: PT011 - any error torch gives; ours must be an error too
+        theirs(torch.tensor(array))
+    with pytest.raises((ValueError, TypeError, IndexError, RuntimeError)) as our_error:
+        ours(Tensor(array))
+    assert method in str(our_error.value), f"{name}: the message should name {method}: {our_error.value}"
+    assert torch_error.value is not None
