@@ -244,3 +244,25 @@ class MathMethods:
                              f"({target.itemsize} bytes) differ in size; bitcast needs equal item sizes")
         result: Tensor = bind(P.bitcast_convert_type_p, self, new_dtype=target)
         return result
+
+    def newton_schulz(self, steps: int, params: tuple[builtins.float, ...], eps: builtins.float = 1e-7) -> Tensor:
+        """tinygrad's orthogonalisation (Muon's): scale the last two axes to unit Frobenius norm, then
+        ``steps`` times G <- sum_i params[i] * (G G^T)^i G; a tall matrix is done transposed.
+
+        >>> Tensor([[3.0, 0.0], [0.0, 4.0]]).newton_schulz(1, (1.0,)).tolist()  # params (1,): only the scaling
+        [[0.6000000238418579, 0.0], [0.0, 0.800000011920929]]
+        """
+        x = fnp.asarray(self)
+        if x.ndim < 2:
+            raise ValueError(f"newton_schulz: needs a matrix (..., M, N), got shape {x.shape}")
+        if x.shape[-2] > x.shape[-1]:
+            return fnp.matrix_transpose(MathMethods.newton_schulz(fnp.matrix_transpose(x), steps, params, eps))
+        g = x / (fnp.sqrt(fnp.sum(x * x, axis=(-2, -1), keepdims=True)) + eps)
+        for _ in range(steps):
+            gram = fnp.matmul(g, fnp.matrix_transpose(g))
+            term, total = g, params[0] * g
+            for coefficient in params[1:]:
+                term = fnp.matmul(gram, term)
+                total = total + coefficient * term
+            g = total
+        return g

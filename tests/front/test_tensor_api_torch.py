@@ -120,6 +120,21 @@ _GATHER_INDEX = np.array([[0, 2], [1, 1], [2, 0]], dtype=np.int32)
 _SCATTER_INDEX = np.array([[0, 1, 2], [2, 0, 1]], dtype=np.int32)  # no duplicates along dim 0 per column
 
 
+def _torch_newton_schulz(x: Any, steps: int, params: tuple[float, ...]) -> Any:
+    """The Newton-Schulz iteration written out in torch (float64), transposing tall matrices."""
+    if x.shape[-2] > x.shape[-1]:
+        return _torch_newton_schulz(x.mT, steps, params).mT
+    g = x / (x.square().sum((-2, -1), keepdim=True).sqrt() + 1e-7)
+    for _ in range(steps):
+        gram = g @ g.mT
+        term, total = g, params[0] * g
+        for coefficient in params[1:]:
+            term = gram @ term
+            total = total + coefficient * term
+        g = total
+    return g
+
+
 def _torch_index(array: np.ndarray) -> Any:
     return torch.tensor(array, dtype=torch.int64)
 
@@ -158,6 +173,10 @@ CASES: list[Case] = [
          [F32(3, 4), F32(4, 2)]),
     Case("einsum_list", lambda a, b: Tensor.einsum("bij,bj->bi", [a, b]), lambda a, b: torch.einsum("bij,bj->bi", a, b),
          [F32(2, 3, 4), F32(2, 4)]),
+    Case("newton_schulz", lambda x: x.newton_schulz(3, (3.4445, -4.7750, 2.0315)),
+         lambda x: _torch_newton_schulz(x, 3, (3.4445, -4.7750, 2.0315)), [F32(3, 5)], rtol=1e-3, atol=1e-4),
+    Case("newton_schulz_tall_batched", lambda x: x.newton_schulz(2, (1.5, -0.5)),
+         lambda x: _torch_newton_schulz(x, 2, (1.5, -0.5)), [F32(2, 4, 3)], rtol=1e-3, atol=1e-4),
     # --- math: elementwise functions ---------------------------------------------------------
     *_unary("log10", torch.log10, 0.1, 3.0), *_unary("trunc", torch.trunc, -5.0, 5.0),
     *_unary("asin", torch.asin, -0.9, 0.9), *_unary("acos", torch.acos, -0.9, 0.9), *_unary("atan", torch.atan),
