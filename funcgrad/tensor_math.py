@@ -133,9 +133,10 @@ class MathMethods:
         return fnp.isclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan)
 
     def allclose(self, other: Any, rtol: builtins.float = 1e-05, atol: builtins.float = 1e-08,
-                 equal_nan: builtins.bool = False) -> builtins.bool:
-        """Whether every element is close (a Python bool, as PyTorch; tinygrad returns a Tensor)."""
-        return builtins.bool(fnp.all(fnp.isclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan)))
+                 equal_nan: builtins.bool = False) -> Tensor:
+        """Whether every element is close, as a bool Tensor (tinygrad's; PyTorch returns a Python
+        bool, and ``bool(x.allclose(y))`` or ``if x.allclose(y):`` work the same)."""
+        return fnp.all(fnp.isclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
     @staticmethod
     def einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:

@@ -558,7 +558,9 @@ def test_sizes_and_casts() -> None:
         np.testing.assert_array_equal(mine.numpy().astype(np.float64), theirs.to(torch.float64).numpy())
     bits = Tensor([1.0, -2.0]).bitcast("int32")
     np.testing.assert_array_equal(bits.numpy(), torch.tensor([1.0, -2.0]).view(torch.int32).numpy())
-    assert Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7])) is True
+    assert bool(Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))) is torch.allclose(
+        torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 1e-7])) is True
+    assert not Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.1]))
 
 
 # --- errors: PyTorch's kind of exception or a clearer one, naming the method -------------------------
