@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+import funcgrad.numpy as fnp
 from funcgrad.core.tensor import Tensor, bind, evaluate, grad_leaves
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, Var
@@ -191,16 +192,16 @@ def gradients(loss: Tensor, targets: tuple[Tensor, ...], gradient: Any = None) -
                                "the Tensor being differentiated")
         target_vars = [d.var for d in target_data]  # type: ignore[union-attr]
         unique = list({v.id: v for v in target_vars}.values())
-        sub_ir, wrt, free = _slice(builder, unique, data.var)
-        used = {v.id for v in wrt}
-        _check_used(targets, [v.id in used for v in target_vars])
-        free_values = [Tensor._wrap(Tracer(builder, v)) for v in free]
+        cone, needed = _cone(builder, unique, data.var)
+        _check_used(targets, [v.id in needed for v in target_vars])
+        inputs = [Tensor._wrap(Tracer(builder, v)) for v in cone.in_vars]
 
-        def traced(*values: Tensor) -> Any:
-            return evaluate(sub_ir, *values, *free_values)[0]
+        def traced(*bumps: Tensor) -> Any:
+            return _evaluate_bumped(cone, inputs, {v.id: b for v, b in zip(unique, bumps)})
 
-        _, pullback = vjp(traced, *(Tensor._wrap(Tracer(builder, v)) for v in wrt))
-        by_var = {v.id: g for v, g in zip(wrt, pullback(seed))}
+        zeros = [fnp.zeros(v.aval.shape, dtype=v.aval.dtype) for v in unique]
+        _, pullback = vjp(traced, *zeros)
+        by_var = {v.id: g for v, g in zip(unique, pullback(seed))}
         return [by_var[v.id] for v in target_vars]
     assert isinstance(data, LazyBuffer)
     buffers = [t._data for t in targets]
@@ -225,6 +226,33 @@ def gradients(loss: Tensor, targets: tuple[Tensor, ...], gradient: Any = None) -
     _, pullback = vjp(perturbed, *zeros)
     by_var = {v.id: g for v, g in zip(unique, pullback(seed))}
     return [by_var[v.id] for v in target_vars]
+
+
+def _cone(builder: IRBuilder, target_vars: list[Var], loss: Var) -> tuple[IR, set[int]]:
+    """The equations of ``builder`` on a path from any target to ``loss`` (targets computed from
+    other targets included, unlike ``_slice``), as an IR of the values they read; and the ids of
+    the values ``loss`` needs along those paths."""
+    depends = {v.id for v in target_vars}
+    on_path = []
+    for eqn in builder.eqns:
+        if any(isinstance(a, Var) and a.id in depends for a in eqn.inputs):
+            depends.update(v.id for v in eqn.outputs)
+            on_path.append(eqn)
+    needed, kept = {loss.id}, []
+    for eqn in reversed(on_path):
+        if any(v.id in needed for v in eqn.outputs):
+            kept.append(eqn)
+            needed.update(a.id for a in eqn.inputs if isinstance(a, Var))
+    kept.reverse()
+    defined = {v.id for eqn in kept for v in eqn.outputs}
+    reads: dict[int, Var] = {v.id: v for v in target_vars if v.id not in defined and v.id in needed}
+    for eqn in kept:
+        for a in eqn.inputs:
+            if isinstance(a, Var) and a.id not in defined:
+                reads.setdefault(a.id, a)
+    if loss.id not in defined:
+        reads.setdefault(loss.id, loss)
+    return IR(list(reads.values()), kept, [loss]), needed
 
 
 def _needed_by(ir: IR, output: Var) -> set[int]:

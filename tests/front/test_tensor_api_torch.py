@@ -463,6 +463,17 @@ def test_gradient_gives_total_derivatives_like_torch_autograd_grad() -> None:
     assert x.grad is None and w.grad is None  # no side effects, unlike backward()
 
 
+def test_gradient_inside_jit_gives_the_eager_total_derivatives() -> None:
+    def both(x: Tensor) -> Tensor:
+        y = x * 3
+        gx, gy = (y * y).sum().gradient(x, y)  # d/dx = 18 x (through y), d/dy = 2 y = 6 x
+        return gx + gy
+
+    x = Tensor([1.0, -2.0])
+    np.testing.assert_allclose(fg.jit(both)(x).numpy(), both(x).numpy())
+    np.testing.assert_allclose(both(x).numpy(), [24.0, -48.0])
+
+
 def test_gradient_seed_for_non_scalar_and_inside_grad() -> None:
     x = Tensor([1.0, 2.0, 3.0])
     (g,) = (x * x).gradient(x, gradient=Tensor([1.0, 0.0, 2.0]))
