@@ -31,13 +31,14 @@ def _operands(self: Any, other: Any, reverse: bool) -> tuple[Any, Any]:
 
 
 def _cumulative_index(x: Tensor, running: Tensor, axis: int) -> Tensor:
-    """Where each running max/min (``running``, from cummax/cummin of ``x``) was last reached: the
-    last position j <= i with x[j] == running[j] (running values only change at such positions)."""
+    """Where each running max/min (``running``, from cummax/cummin of ``x``) was first reached
+    (tinygrad's rule; PyTorch gives the last of tied positions): the last position j <= i where
+    the running value changed."""
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
     positions = fnp.reshape(fnp.arange(x.shape[axis], dtype=dtypes.int32), shape)
-    hits = fnp.where(x == running, positions, 0)
-    return fnp.cummax(hits, axis=axis)
+    changed = (running != fnp.roll(running, 1, axis=axis)) | (positions == 0)
+    return fnp.cummax(fnp.where(changed, positions, 0), axis=axis)
 
 
 class MathMethods:
@@ -151,7 +152,7 @@ class MathMethods:
         return fnp.cumprod(self, axis=_moved(fnp.asarray(self), axis, "cumprod"))
 
     def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
-        """(running maximum, index where it was last reached) along ``axis``, as PyTorch."""
+        """(running maximum, index where it was first reached) along ``axis`` (ties: tinygrad's first)."""
         x = fnp.asarray(self)
         if x.ndim == 0:
             return x, fnp.zeros((), dtype=dtypes.int32)
@@ -160,7 +161,7 @@ class MathMethods:
         return values, _cumulative_index(x, values, axis)
 
     def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
-        """(running minimum, index where it was last reached) along ``axis``, as PyTorch."""
+        """(running minimum, index where it was first reached) along ``axis`` (ties: tinygrad's first)."""
         x = fnp.asarray(self)
         if x.ndim == 0:
             return x, fnp.zeros((), dtype=dtypes.int32)

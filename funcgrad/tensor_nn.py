@@ -384,14 +384,15 @@ class NNMethods:
             raise ValueError(f"interpolate: mode {mode!r} resizes 2 axes, got size {size}")
         if align_corners and mode.startswith("nearest"):
             raise ValueError("interpolate: align_corners applies only to the linear and cubic modes")
-        if not mode.startswith("nearest"):
-            x = _float(x, "interpolate")
+        dtype = x.dtype
+        if not mode.startswith("nearest") and not dtypes.is_float(dtype):
+            x = fnp.astype(x, dtypes.float32)  # computed in float, cast back (tinygrad)
         kind = "linear" if mode == "bilinear" else "cubic" if mode == "bicubic" else mode
         for i, target in enumerate(size):
             axis = x.ndim - len(size) + i
             if x.shape[axis] != target or kind == "cubic":
                 x = _axis_resample(x, axis, target, kind, align_corners)
-        return x
+        return x if x.dtype == dtype else fnp.astype(x, dtype)
 
     # --- attention -----------------------------------------------------------------------------
     def scaled_dot_product_attention(self, key: Any, value: Any, attn_mask: Any = None,

@@ -540,6 +540,14 @@ def test_realize_several_assign_clone_and_requires_grad_() -> None:
     assert bytes(Tensor(np.arange(3, dtype=np.int32)).data()) == np.arange(3, dtype=np.int32).tobytes()
 
 
+def test_cummax_cummin_indices_of_ties_are_the_first_as_tinygrad() -> None:
+    # tinygrad 0.14 gives the first tied position; PyTorch the last ([0, 1, 1, 3, 4] here)
+    assert Tensor([1.0, 1.0, 0.0, 2.0, 2.0]).cummax(0)[1].tolist() == [0, 0, 0, 3, 3]
+    assert Tensor([0.0, 0.0, 1.0, -1.0, -1.0]).cummin(0)[1].tolist() == [0, 0, 0, 3, 3]
+    values, indices = Tensor([[3.0, 1.0, 3.0]]).cummax(1)
+    assert values.tolist() == [[3.0, 3.0, 3.0]] and indices.tolist() == [[0, 0, 0]]
+
+
 # --- creation -------------------------------------------------------------------------------------
 
 
