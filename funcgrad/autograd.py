@@ -194,10 +194,10 @@ def gradients(loss: Tensor, targets: tuple[Tensor, ...], gradient: Any = None) -
         unique = list({v.id: v for v in target_vars}.values())
         cone, needed = _cone(builder, unique, data.var)
         _check_used(targets, [v.id in needed for v in target_vars])
-        inputs = [Tensor._wrap(Tracer(builder, v)) for v in cone.in_vars]
+        cone_inputs = [Tensor._wrap(Tracer(builder, v)) for v in cone.in_vars]
 
         def traced(*bumps: Tensor) -> Any:
-            return _evaluate_bumped(cone, inputs, {v.id: b for v, b in zip(unique, bumps)})
+            return _evaluate_bumped(cone, cone_inputs, {v.id: b for v, b in zip(unique, bumps)})
 
         zeros = [fnp.zeros(v.aval.shape, dtype=v.aval.dtype) for v in unique]
         _, pullback = vjp(traced, *zeros)
@@ -222,7 +222,7 @@ def gradients(loss: Tensor, targets: tuple[Tensor, ...], gradient: Any = None) -
         total derivative w.r.t. that target, also when one target is computed from another."""
         return _evaluate_bumped(ir, arguments, {v.id: b for v, b in zip(unique, bumps)})
 
-    zeros = [Tensor._wrap(Tensor(np.zeros(v.aval.shape, v.aval.dtype))._data) for v in unique]
+    zeros = [Tensor(np.zeros(v.aval.shape, v.aval.dtype), dtype=v.aval.dtype) for v in unique]
     _, pullback = vjp(perturbed, *zeros)
     by_var = {v.id: g for v, g in zip(unique, pullback(seed))}
     return [by_var[v.id] for v in target_vars]

@@ -247,7 +247,8 @@ class MathMethods:
         result: Tensor = bind(P.bitcast_convert_type_p, self, new_dtype=target)
         return result
 
-    def newton_schulz(self, steps: int, params: tuple[builtins.float, ...], eps: builtins.float = 1e-7) -> Tensor:
+    def newton_schulz(self, steps: builtins.int, params: tuple[builtins.float, ...],
+                      eps: builtins.float = 1e-7) -> Tensor:
         """tinygrad's orthogonalisation (Muon's): scale the last two axes to unit Frobenius norm, then
         ``steps`` times G <- sum_i params[i] * (G G^T)^i G; a tall matrix is done transposed.
 
@@ -268,3 +269,23 @@ class MathMethods:
                 total = total + coefficient * term
             g = total
         return g
+
+    # --- decompositions (funcgrad.numpy.linalg's; tinygrad's layouts) ---------------------------------
+    def qr(self) -> tuple[Tensor, Tensor]:
+        """(Q, R) with Q square (M, M) and R (M, N) upper triangular, x = Q R (tinygrad's complete QR)."""
+        q, r = _linalg("qr")(self, mode="complete")
+        return q, r
+
+    def svd(self, full_matrices: builtins.bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """(U, S, Vh) with x = U diag(S) Vh, S descending (tinygrad and NumPy return Vh, not V)."""
+        u, s, vh = _linalg("svd")(self, full_matrices=full_matrices)
+        return u, s, vh
+
+
+def _linalg(name: str) -> Any:
+    """``funcgrad.numpy.linalg.<name>``, or an error saying it is not in this build yet."""
+    from funcgrad.numpy import linalg
+    function = getattr(linalg, name, None)
+    if function is None:
+        raise NotImplementedError(f"Tensor.{name} needs funcgrad.numpy.linalg.{name}, which this build does not have")
+    return function

@@ -649,3 +649,22 @@ def test_bad_arguments_raise_like_torch_or_clearer(name: str, ours: Callable[...
         ours(Tensor(array))
     assert method in str(our_error.value), f"{name}: the message should name {method}: {our_error.value}"
     assert torch_error.value is not None
+
+
+def test_qr_and_svd_reconstruct_like_torch() -> None:
+    import funcgrad.numpy as fnp
+    if not hasattr(fnp.linalg, "qr") or not hasattr(fnp.linalg, "svd"):
+        with pytest.raises(NotImplementedError, match="Tensor.qr needs funcgrad.numpy.linalg.qr"):
+            Tensor(np.eye(2, dtype=np.float32)).qr()
+        pytest.skip("funcgrad.numpy.linalg has no qr/svd in this build")
+    a = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    q, r = Tensor(a).qr()
+    tq, tr = torch.linalg.qr(torch.tensor(a, dtype=torch.float64), mode="complete")
+    assert q.shape == tuple(tq.shape) and r.shape == tuple(tr.shape)
+    np.testing.assert_allclose(q.numpy() @ r.numpy(), a, atol=1e-5)
+    np.testing.assert_allclose(np.abs(r.numpy()), np.abs(tr.numpy()), atol=1e-5)  # unique up to signs
+    u, s, vh = Tensor(a).svd()
+    tu, ts, tvh = torch.linalg.svd(torch.tensor(a, dtype=torch.float64), full_matrices=True)
+    assert (u.shape, s.shape, vh.shape) == (tuple(tu.shape), tuple(ts.shape), tuple(tvh.shape))
+    np.testing.assert_allclose(s.numpy(), ts.numpy(), rtol=1e-5)
+    np.testing.assert_allclose((u.numpy()[:, :3] * s.numpy()) @ vh.numpy(), a, atol=1e-5)
