@@ -399,9 +399,10 @@ class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
         return _with_grad(_placed(fnp.empty(_shape_args(shape), dtype=dtype, device=device), device), requires_grad)
 
     @staticmethod
-    def full(shape: Any, fill_value: Any, dtype: Any = None, requires_grad: bool | None = None) -> Tensor:
+    def full(shape: Any, fill_value: Any, dtype: Any = None, device: str | None = None,
+             requires_grad: bool | None = None) -> Tensor:
         shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-        return _with_grad(fnp.full(shape, fill_value, dtype=dtype), requires_grad)
+        return _with_grad(_placed(fnp.full(shape, fill_value, dtype=dtype), device), requires_grad)
 
     @staticmethod
     def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Tensor:
