@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad.core.tensor import Tensor, evaluate, grad_leaves
+import funcgrad.numpy as fnp
+from funcgrad.core.tensor import Tensor, bind, evaluate, grad_leaves
 from funcgrad.ir import dtypes
-from funcgrad.ir.core import IR, Var
+from funcgrad.ir.core import IR, Literal, Var
 from funcgrad.ir.tracing import IRBuilder, Tracer, check_alive, current_builder
 from funcgrad.lazy import LazyBuffer, graph_to_ir, realize
 
@@ -165,3 +166,123 @@ def _slice(builder: IRBuilder, leaf_vars: list[Var], target: Var) -> tuple[IR, l
     if target.id not in defined:  # the loss does not depend on a leaf
         return IR(wrt, [], [target]), [], []
     return IR(wrt + list(free.values()), kept, [target]), wrt, list(free.values())
+
+
+def gradients(loss: Tensor, targets: tuple[Tensor, ...], gradient: Any = None) -> list[Tensor]:
+    """tinygrad's ``loss.gradient(*targets)``: d loss / d target for each target, any Tensor that
+    ``loss`` was computed from (a leaf or an intermediate), with no ``.grad`` written. ``gradient``
+    seeds a non-scalar loss (1 for a scalar)."""
+    from funcgrad.transforms.ad import vjp
+    if not targets:
+        raise TypeError("gradient() needs at least one target Tensor: loss.gradient(x, y)")
+    for i, target in enumerate(targets):
+        if not isinstance(target, Tensor) or not dtypes.is_float(target.dtype):
+            what = type(target).__name__ if not isinstance(target, Tensor) else f"dtype {target.dtype.name}"
+            raise TypeError(f"gradient(): target {i} must be a floating-point Tensor, got {what}")
+    if gradient is None and loss.shape != ():
+        raise ValueError(f"gradient() without gradient= needs a scalar Tensor, got shape {loss.shape}")
+    seed = np.ones((), loss.dtype)[()] if gradient is None else gradient
+    data = loss._data
+    if isinstance(data, Tracer):
+        check_alive(data)
+        builder = data.builder
+        target_data = [t._data for t in targets]
+        if any(not isinstance(d, Tracer) or d.builder is not builder for d in target_data):
+            raise RuntimeError(f"gradient(): the targets must be values of the same trace ({builder.label}) as "
+                               "the Tensor being differentiated")
+        target_vars = [d.var for d in target_data]  # type: ignore[union-attr]
+        unique = list({v.id: v for v in target_vars}.values())
+        cone, needed = _cone(builder, unique, data.var)
+        _check_used(targets, [v.id in needed for v in target_vars])
+        cone_inputs = [Tensor._wrap(Tracer(builder, v)) for v in cone.in_vars]
+
+        def traced(*bumps: Tensor) -> Any:
+            return _evaluate_bumped(cone, cone_inputs, {v.id: b for v, b in zip(unique, bumps)})
+
+        zeros = [fnp.zeros(v.aval.shape, dtype=v.aval.dtype) for v in unique]
+        _, pullback = vjp(traced, *zeros)
+        by_var = {v.id: g for v, g in zip(unique, pullback(seed))}
+        return [by_var[v.id] for v in target_vars]
+    assert isinstance(data, LazyBuffer)
+    buffers = [t._data for t in targets]
+    if any(not isinstance(b, LazyBuffer) for b in buffers):
+        raise RuntimeError("gradient(): a traced target cannot be a source of a concrete Tensor")
+    if data.realized:
+        raise RuntimeError("gradient() needs the computation that produced this Tensor, but its value was already "
+                           "computed (by .item(), .numpy(), print, ...), which discards it; call gradient() first")
+    ir, inputs = graph_to_ir([data, *buffers])  # type: ignore[list-item]
+    loss_var, target_vars = ir.outputs[0], [v for v in ir.outputs[1:] if isinstance(v, Var)]
+    assert isinstance(loss_var, Var) and len(target_vars) == len(targets)  # pending buffers are never literals
+    _check_used(targets, [v.id in _needed_by(ir, loss_var) for v in target_vars])
+    unique = list({v.id: v for v in target_vars}.values())
+    arguments = [Tensor._wrap(b) for b in inputs]
+
+    def perturbed(*bumps: Tensor) -> Any:
+        """The loss with a zero ``bump`` added to each target where it is made: d loss / d bump is the
+        total derivative w.r.t. that target, also when one target is computed from another."""
+        return _evaluate_bumped(ir, arguments, {v.id: b for v, b in zip(unique, bumps)})
+
+    zeros = [Tensor(np.zeros(v.aval.shape, v.aval.dtype), dtype=v.aval.dtype) for v in unique]
+    _, pullback = vjp(perturbed, *zeros)
+    by_var = {v.id: g for v, g in zip(unique, pullback(seed))}
+    return [by_var[v.id] for v in target_vars]
+
+
+def _cone(builder: IRBuilder, target_vars: list[Var], loss: Var) -> tuple[IR, set[int]]:
+    """The equations of ``builder`` on a path from any target to ``loss`` (targets computed from
+    other targets included, unlike ``_slice``), as an IR of the values they read; and the ids of
+    the values ``loss`` needs along those paths."""
+    depends = {v.id for v in target_vars}
+    on_path = []
+    for eqn in builder.eqns:
+        if any(isinstance(a, Var) and a.id in depends for a in eqn.inputs):
+            depends.update(v.id for v in eqn.outputs)
+            on_path.append(eqn)
+    needed, kept = {loss.id}, []
+    for eqn in reversed(on_path):
+        if any(v.id in needed for v in eqn.outputs):
+            kept.append(eqn)
+            needed.update(a.id for a in eqn.inputs if isinstance(a, Var))
+    kept.reverse()
+    defined = {v.id for eqn in kept for v in eqn.outputs}
+    reads: dict[int, Var] = {v.id: v for v in target_vars if v.id not in defined and v.id in needed}
+    for eqn in kept:
+        for a in eqn.inputs:
+            if isinstance(a, Var) and a.id not in defined:
+                reads.setdefault(a.id, a)
+    if loss.id not in defined:
+        reads.setdefault(loss.id, loss)
+    return IR(list(reads.values()), kept, [loss]), needed
+
+
+def _needed_by(ir: IR, output: Var) -> set[int]:
+    """The ids of the vars ``output`` depends on in ``ir`` (itself included)."""
+    needed = {output.id}
+    for eqn in reversed(ir.eqns):
+        if any(v.id in needed for v in eqn.outputs):
+            needed.update(a.id for a in eqn.inputs if isinstance(a, Var))
+    return needed
+
+
+def _evaluate_bumped(ir: IR, arguments: list[Tensor], bumps: dict[int, Tensor]) -> Any:
+    """``ir``'s first output, binding its equations with ``bumps[var]`` added to those vars."""
+    env: dict[int, Any] = {}
+
+    def store(var: Var, value: Any) -> None:
+        env[var.id] = value + bumps[var.id] if var.id in bumps else value
+
+    for var, value in zip(ir.in_vars, arguments):
+        store(var, value)
+    for eqn in ir.eqns:
+        ins = [a.value if isinstance(a, Literal) else env[a.id] for a in eqn.inputs]
+        outs = bind(eqn.primitive, *ins, **eqn.param_dict)
+        for var, value in zip(eqn.outputs, outs if eqn.primitive.multiple_results else (outs,)):
+            store(var, value)
+    output = ir.outputs[0]
+    return output.value if isinstance(output, Literal) else env[output.id]
+
+
+def _check_used(targets: tuple[Tensor, ...], used: list[bool]) -> None:
+    for i, (target, is_used) in enumerate(zip(targets, used)):
+        if not is_used:
+            raise RuntimeError(f"gradient(): target {i} (shape {target.shape}) was not used to compute this Tensor")

@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING, Any
 import funcgrad.numpy as fnp
 from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
+from funcgrad.tensor_creation import CreationMethods
+from funcgrad.tensor_math import MathMethods
+from funcgrad.tensor_movement import MovementMethods
+from funcgrad.tensor_nn import NNMethods
 
 
 def _shape_args(shape: tuple[Any, ...]) -> tuple[int, ...]:
@@ -28,14 +32,28 @@ def _shape_args(shape: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(shape)
 
 
-class TensorMethods:
-    """Everything a Tensor can do besides holding data (see funcgrad.numpy for the semantics)."""
+def _keep(keepdim: bool, keepdims: bool | None) -> bool:
+    """tinygrad's/PyTorch's ``keepdim`` or NumPy's ``keepdims`` (which wins when given)."""
+    return keepdim if keepdims is None else keepdims
+
+
+def _axis_arg(axis: Any, dim: Any) -> Any:
+    """NumPy's/tinygrad's ``axis`` or PyTorch's ``dim``."""
+    if dim is not None and axis is not None:
+        raise TypeError("give the reduction axes as axis= or dim=, not both")
+    return axis if dim is None else dim
+
+
+class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
+    """Everything a Tensor can do besides holding data (see funcgrad.numpy for the semantics). The
+    groups it inherits hold tinygrad's math, movement, nn and creation methods."""
 
     if TYPE_CHECKING:  # provided by Tensor itself
         @property
         def shape(self) -> tuple[int, ...]: ...
         @property
         def ndim(self) -> int: ...
+        requires_grad: bool | None
 
     # --- operators ----------------------------------------------------------------------------
     def __add__(self, other: Any) -> Tensor: return fnp.add(self, other)
@@ -114,10 +132,6 @@ class TensorMethods:
     def permute(self, *axes: Any) -> Tensor:
         return fnp.permute_dims(self, _shape_args(axes))
 
-    def transpose(self, *axes: Any) -> Tensor:
-        """NumPy's transpose: no argument reverses the axes, else the new order of the axes."""
-        return fnp.transpose(self, _shape_args(axes) if axes else None)
-
     @property
     def T(self) -> Tensor:
         return fnp.transpose(self)
@@ -132,9 +146,6 @@ class TensorMethods:
     def ravel(self) -> Tensor:
         return fnp.ravel(self)
 
-    def squeeze(self, axis: int | Sequence[int] | None = None) -> Tensor:
-        return fnp.squeeze(self, axis)
-
     def unsqueeze(self, axis: int) -> Tensor:
         return fnp.expand_dims(self, axis)
 
@@ -148,56 +159,70 @@ class TensorMethods:
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
         return fnp.broadcast_to(self, shape)
 
-    def sum(self, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
-        return fnp.sum(self, axis=axis, keepdims=keepdims, dtype=dtype)
+    def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None, *, keepdims: bool | None = None,
+            dim: Any = None) -> Tensor:
+        """The sum over ``axis`` (tinygrad's ``keepdim``; NumPy's ``keepdims`` and PyTorch's ``dim`` also work)."""
+        return fnp.sum(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims), dtype=dtype)
 
-    def prod(self, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
-        return fnp.prod(self, axis=axis, keepdims=keepdims, dtype=dtype)
+    def prod(self, axis: Any = None, keepdim: bool = False, dtype: Any = None, *, keepdims: bool | None = None,
+             dim: Any = None) -> Tensor:
+        return fnp.prod(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims), dtype=dtype)
 
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return fnp.mean(self, axis=axis, keepdims=keepdims)
+    def mean(self, axis: Any = None, keepdim: bool = False, *, keepdims: bool | None = None, dim: Any = None) -> Tensor:
+        return fnp.mean(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims))
 
-    def var(self, axis: Any = None, keepdims: bool = False, correction: builtins.float = 0.0,
-            ddof: builtins.float | None = None) -> Tensor:
-        return fnp.var(self, axis=axis, keepdims=keepdims, correction=correction, ddof=ddof)
+    def var(self, axis: Any = None, keepdim: bool = False, correction: builtins.float = 1, *,
+            keepdims: bool | None = None, dim: Any = None, ddof: builtins.float | None = None) -> Tensor:
+        """Variance with Bessel's ``correction`` (1 by default, as tinygrad and PyTorch; NumPy's is 0)."""
+        return fnp.var(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims),
+                       correction=correction if ddof is None else ddof)
 
-    def std(self, axis: Any = None, keepdims: bool = False, correction: builtins.float = 0.0,
-            ddof: builtins.float | None = None) -> Tensor:
-        return fnp.std(self, axis=axis, keepdims=keepdims, correction=correction, ddof=ddof)
+    def std(self, axis: Any = None, keepdim: bool = False, correction: builtins.float = 1, *,
+            keepdims: bool | None = None, dim: Any = None, ddof: builtins.float | None = None) -> Tensor:
+        """Standard deviation with ``correction`` 1 by default (tinygrad and PyTorch)."""
+        return fnp.std(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims),
+                       correction=correction if ddof is None else ddof)
 
-    def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return fnp.max(self, axis=axis, keepdims=keepdims)
+    def max(self, axis: Any = None, keepdim: bool = False, *, keepdims: bool | None = None, dim: Any = None) -> Tensor:
+        return fnp.max(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims))
 
-    def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return fnp.min(self, axis=axis, keepdims=keepdims)
+    def min(self, axis: Any = None, keepdim: bool = False, *, keepdims: bool | None = None, dim: Any = None) -> Tensor:
+        return fnp.min(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims))
 
-    def all(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return fnp.all(self, axis=axis, keepdims=keepdims)
+    def all(self, axis: Any = None, keepdim: bool = False, *, keepdims: bool | None = None, dim: Any = None) -> Tensor:
+        return fnp.all(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims))
 
-    def any(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return fnp.any(self, axis=axis, keepdims=keepdims)
+    def any(self, axis: Any = None, keepdim: bool = False, *, keepdims: bool | None = None, dim: Any = None) -> Tensor:
+        return fnp.any(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims))
 
-    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        return fnp.argmax(self, axis=axis, keepdims=keepdims)
+    def argmax(self, axis: int | None = None, keepdim: bool = False, *, keepdims: bool | None = None,
+               dim: int | None = None) -> Tensor:
+        return fnp.argmax(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims))
 
-    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        return fnp.argmin(self, axis=axis, keepdims=keepdims)
+    def argmin(self, axis: int | None = None, keepdim: bool = False, *, keepdims: bool | None = None,
+               dim: int | None = None) -> Tensor:
+        return fnp.argmin(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims))
 
-    def cumsum(self, axis: int | None = None) -> Tensor:
-        return fnp.cumsum(self, axis=axis)
+    def cumsum(self, axis: int = 0) -> Tensor:
+        """Running sum along ``axis`` (0 by default, as tinygrad; a 0-d Tensor is returned as is)."""
+        return fnp.cumsum(self, axis=axis) if self.ndim else fnp.asarray(self)
 
-    def logsumexp(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return fnp.logsumexp(self, axis=axis, keepdims=keepdims)
+    def logsumexp(self, axis: Any = None, keepdim: bool = False, *, keepdims: bool | None = None,
+                  dim: Any = None) -> Tensor:
+        return fnp.logsumexp(self, axis=_axis_arg(axis, dim), keepdims=_keep(keepdim, keepdims))
 
-    def dot(self, other: Any) -> Tensor:
-        """Matrix product (tinygrad/PyTorch ``dot``: the same as ``@``)."""
-        return fnp.matmul(self, other)
+    def dot(self, w: Any, dtype: Any = None) -> Tensor:
+        """Matrix product (tinygrad/PyTorch ``dot``: the same as ``@``); ``dtype`` casts the result."""
+        out = fnp.matmul(self, w)
+        return out if dtype is None else fnp.astype(out, dtype)
 
-    def matmul(self, other: Any) -> Tensor:
-        return fnp.matmul(self, other)
+    def matmul(self, x: Any, reverse: bool = False, dtype: Any = None) -> Tensor:
+        out = fnp.matmul(x, self) if reverse else fnp.matmul(self, x)
+        return out if dtype is None else fnp.astype(out, dtype)
 
-    def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-        return fnp.clip(self, min, max)
+    def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        """Clamp to [min_, max_] (tinygrad's names; PyTorch's ``min=``/``max=`` keywords also work)."""
+        return fnp.clip(self, min_ if min is None else min, max_ if max is None else max)
 
     clamp = clip
 
@@ -211,33 +236,7 @@ class TensorMethods:
         """tinygrad's ``cond.where(x, y)``."""
         return fnp.where(self, x, y)
 
-    def relu(self) -> Tensor:
-        return fnp.maximum(self, 0)
-
-    def sigmoid(self) -> Tensor:
-        return fnp.sigmoid(self)
-
-    def softmax(self, axis: int = -1) -> Tensor:
-        shifted = self - fnp.max(self, axis=axis, keepdims=True)
-        exps = fnp.exp(shifted)
-        return exps / fnp.sum(exps, axis=axis, keepdims=True)
-
-    def log_softmax(self, axis: int = -1) -> Tensor:
-        return self - fnp.logsumexp(self, axis=axis, keepdims=True)
-
-    def sparse_categorical_crossentropy(self, labels: Any, ignore_index: int = -1,
-                                        label_smoothing: builtins.float = 0.0) -> Tensor:
-        """Mean cross-entropy of logits ``self`` (..., C) against integer ``labels`` (...) (funcgrad.functional's)."""
-        from funcgrad import functional as F
-        return F.sparse_categorical_crossentropy(self, labels, ignore_index, label_smoothing)
-
     # --- tinygrad's nn methods, delegating to funcgrad.functional ------------------------------------
-    def conv2d(self, weight: Any, bias: Any = None, groups: int = 1, stride: Any = 1, dilation: Any = 1,
-               padding: Any = 0) -> Tensor:
-        """tinygrad's argument order; see ``funcgrad.functional.conv2d``."""
-        from funcgrad import functional as F
-        return F.conv2d(self, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
-
     def sequential(self, layers: Sequence[Any]) -> Tensor:
         """Apply each callable of ``layers`` in turn (tinygrad's ``x.sequential(self.layers)``)."""
         result: Any = self
@@ -245,28 +244,11 @@ class TensorMethods:
             result = layer(result)
         return result
 
-    def max_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0) -> Tensor:
-        from funcgrad import functional as F
-        return F.max_pool2d(self, kernel_size, stride, padding, dilation)
-
-    def avg_pool2d(self, kernel_size: Any = (2, 2), stride: Any = None, padding: Any = 0,
-                   count_include_pad: bool = True) -> Tensor:
-        from funcgrad import functional as F
-        return F.avg_pool2d(self, kernel_size, stride, padding, count_include_pad)
-
-    def linear(self, weight: Any, bias: Any = None) -> Tensor:
+    def linear(self, weight: Any, bias: Any = None, dtype: Any = None) -> Tensor:
         """tinygrad's ``x.linear(w, b)``: ``x @ w + b`` with w of shape (in, out), unlike functional.linear."""
         out = fnp.matmul(self, weight)
-        return out if bias is None else out + bias
-
-    def gelu(self) -> Tensor:
-        """tinygrad's GELU: the tanh approximation."""
-        from funcgrad import functional as F
-        return F.gelu(self, approximate="tanh")
-
-    def silu(self) -> Tensor:
-        from funcgrad import functional as F
-        return F.silu(self)
+        out = out if bias is None else out + bias
+        return out if dtype is None else fnp.astype(out, dtype)
 
     def layernorm(self, axis: Any = -1, eps: builtins.float = 1e-5) -> Tensor:
         """tinygrad's layernorm: normalize over ``axis`` (no scale or shift)."""
@@ -274,9 +256,11 @@ class TensorMethods:
         centered = self - mean
         return centered * fnp.rsqrt(fnp.mean(centered * centered, axis=axis, keepdims=True) + eps)
 
-    def batchnorm(self, weight: Any, bias: Any, mean: Any, invstd: Any) -> Tensor:
-        """tinygrad's batchnorm: ``(x - mean) * weight * invstd + bias`` with per-channel (axis 1) vectors."""
-        shape = (1, -1) + (1,) * (self.ndim - 2)
+    def batchnorm(self, weight: Any, bias: Any, mean: Any, invstd: Any, axis: int | tuple[int, ...] = 1) -> Tensor:
+        """tinygrad's batchnorm: ``(x - mean) * weight * invstd + bias`` with vectors along ``axis`` (1)."""
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(a % self.ndim for a in axes)
+        shape = tuple(self.shape[a] if a in axes else 1 for a in range(self.ndim))
         out = self - fnp.reshape(mean, shape)
         if weight is not None:
             out = out * fnp.reshape(weight, shape)
@@ -288,14 +272,6 @@ class TensorMethods:
         from funcgrad import functional as F
         from funcgrad.autograd import is_training
         return F.dropout(self, p, training=is_training())
-
-    def binary_crossentropy(self, y: Any, reduction: str = "mean") -> Tensor:
-        from funcgrad import functional as F
-        return F.binary_crossentropy(self, y, reduction)
-
-    def binary_crossentropy_logits(self, y: Any, reduction: str = "mean") -> Tensor:
-        from funcgrad import functional as F
-        return F.binary_crossentropy_with_logits(self, y, reduction)
 
     def square(self) -> Tensor:
         return fnp.square(self)
@@ -310,6 +286,52 @@ class TensorMethods:
         """Fill ``.grad`` of the ``requires_grad`` Tensors this one depends on (see funcgrad.autograd)."""
         from funcgrad.autograd import backward
         return backward(self, gradient)  # type: ignore[arg-type]
+
+    def gradient(self, *targets: Tensor, gradient: Any = None) -> list[Tensor]:
+        """d self / d target for each of ``targets`` (tinygrad's): nothing is written to ``.grad``.
+        ``gradient`` seeds a non-scalar ``self``.
+
+        >>> x = Tensor([1.0, 2.0]); (x * x).sum().gradient(x)[0].tolist()
+        [2.0, 4.0]
+        """
+        from funcgrad.autograd import gradients
+        return gradients(self, targets, gradient)  # type: ignore[arg-type]
+
+    def assign(self, x: Any) -> Tensor:
+        """Make this Tensor hold ``x``'s value (same shape; cast to this dtype), as tinygrad's
+        optimizers update weights in place; returns self. Other Tensors are not affected."""
+        value = fnp.asarray(x)
+        if value.shape != self.shape:
+            value = fnp.broadcast_to(value, self.shape)
+        if value.dtype != self.dtype:
+            value = fnp.astype(value, self.dtype)
+        self._data = value._data
+        return self  # type: ignore[return-value]
+
+    def clone(self, device: str | None = None) -> Tensor:
+        """A new Tensor with the same value (gradients flow through it, as PyTorch's clone)."""
+        copy = Tensor._wrap(self._data)  # values are immutable: sharing is a copy
+        return copy if device is None else copy.to(device)
+
+    def contiguous_backward(self) -> Tensor:
+        """The same value (tinygrad makes its gradient contiguous; funcgrad's layouts are the lowering's)."""
+        return fnp.asarray(self)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self  # type: ignore[return-value]
+
+    def to_(self, device: str) -> Tensor:
+        """Move this Tensor to ``device`` in place; returns self."""
+        self._data = self.to(device)._data  # type: ignore[attr-defined]
+        return self  # type: ignore[return-value]
+
+    def data(self) -> memoryview:
+        """The value's bytes as a (read-only copy) memoryview (tinygrad's ``data()``)."""
+        return memoryview(self.numpy())  # type: ignore[attr-defined]
+
+    def sigmoid(self) -> Tensor:
+        return fnp.sigmoid(self)
 
     def detach(self) -> Tensor:
         """The same value, cut off from gradients (``backward`` and the transforms see a constant)."""
@@ -333,7 +355,7 @@ class TensorMethods:
         from funcgrad.devices import get_device
         from funcgrad.lazy import LazyBuffer, graph_to_ir
         from funcgrad.lower import compile_plan
-        data = self._data  # type: ignore[attr-defined]
+        data = self._data
         if not isinstance(data, LazyBuffer):
             raise TypeError("schedule() needs a concrete (lazy) Tensor, not a traced one")
         if data.realized:
@@ -360,7 +382,6 @@ class TensorMethods:
     def round(self) -> Tensor: return fnp.round(self)
     def sign(self) -> Tensor: return fnp.sign(self)
     def isnan(self) -> Tensor: return fnp.isnan(self)
-    def isinf(self) -> Tensor: return fnp.isinf(self)
     def isfinite(self) -> Tensor: return fnp.isfinite(self)
     def logical_not(self) -> Tensor: return fnp.logical_not(self)
 
@@ -378,9 +399,10 @@ class TensorMethods:
         return _with_grad(_placed(fnp.empty(_shape_args(shape), dtype=dtype, device=device), device), requires_grad)
 
     @staticmethod
-    def full(shape: Any, fill_value: Any, dtype: Any = None, requires_grad: bool | None = None) -> Tensor:
+    def full(shape: Any, fill_value: Any, dtype: Any = None, device: str | None = None,
+             requires_grad: bool | None = None) -> Tensor:
         shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-        return _with_grad(fnp.full(shape, fill_value, dtype=dtype), requires_grad)
+        return _with_grad(_placed(fnp.full(shape, fill_value, dtype=dtype), device), requires_grad)
 
     @staticmethod
     def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> Tensor:
@@ -445,10 +467,14 @@ def _random(kind: str, shape: tuple[Any, ...], dtype: Any, requires_grad: bool |
     return _with_grad(random.stateful(kind, _shape_args(shape), dtype=dtype, **kwargs), requires_grad)
 
 
-_NOT_COPIED = {"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__"}
-for _name, _member in vars(TensorMethods).items():
-    if _name not in _NOT_COPIED:
-        setattr(Tensor, _name, _member)
+_NOT_COPIED = {"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__", "__annotations__"}
+_CORE_OWNED = set(vars(Tensor))  # what tensor.py defines itself stays
+for _group in reversed(TensorMethods.__mro__[:-1]):  # the groups first, so TensorMethods' own win
+    for _name, _member in vars(_group).items():
+        if _name not in _NOT_COPIED and _name not in _CORE_OWNED:
+            setattr(Tensor, _name, _member)
+if "nbytes" not in _CORE_OWNED:  # tinygrad's nbytes() is a method (NumPy's a property)
+    Tensor.nbytes = lambda self: self.size * self.dtype.itemsize  # type: ignore[attr-defined]
 
 
 class _TrainingFlag:

@@ -279,11 +279,10 @@ class Tensor(_Methods):
         assert data.array is not None
         return data.array
 
-    def realize(self) -> Tensor:
-        """Run the pending computation now (no-op if already computed); returns ``self``."""
-        data = self._data
-        if isinstance(data, Tracer) or data.array is None:  # computed already: nothing to do
-            self._concrete("realize()")
+    def realize(self, *lst: Tensor) -> Tensor:
+        """Run the pending computation of this Tensor and of ``lst`` now, in one go (no-op for values
+        already computed; tinygrad's ``Tensor.realize(a, b)``); returns ``self``."""
+        realize_all((self, *lst))
         return self
 
     def numpy(self) -> np.ndarray:
@@ -357,6 +356,20 @@ def grad_leaves() -> list[Tensor]:
     """The live Tensors that asked for gradients (a snapshot, safe while other threads add some)."""
     with _GRAD_LEAVES_LOCK:
         return list(GRAD_LEAVES.values())
+
+def realize_all(tensors: Sequence[Tensor]) -> None:
+    """Compute every pending Tensor of ``tensors`` in one call to the eager handler (so shared work
+    is done once); a traced one raises the ConcretizationError that says why it cannot be."""
+    pending = []
+    for tensor in tensors:
+        data = tensor._data
+        if isinstance(data, Tracer):
+            tensor._concrete("realize()")
+        elif data.array is None:
+            pending.append(data)
+    if pending:
+        _eager.realize(pending)
+
 
 def as_tensor(value: Any) -> Tensor:
     """A pytree leaf as a Tensor (what the transforms hand to ``evaluate``): Tensors pass, a NumPy

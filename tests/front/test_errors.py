@@ -639,6 +639,19 @@ ROWS: list[Row] = [
           "accumulating into it), which would be frozen into the compiled step as a constant; call opt.zero_grad() "
           "before backward() inside the jitted function, or set the .grad of its arguments to None before calling "
           "it")),
+    # --- tinygrad's Tensor methods ---------------------------------------------------------------------------
+    Row("E-tensor-1", lambda: (ones(2) * 2).sum().gradient(ones(2)), RuntimeError,
+        E("gradient(): target 0 (shape ", SHAPE, ") was not used to compute this Tensor")),
+    Row("E-tensor-2", lambda: ones(4, 2).split([1, 2]), ValueError,
+        E("split: sizes [1, 2] add up to 3, not dim 0's size 4")),
+    Row("E-tensor-3", lambda: ones(2, 3).pad((1, 1), mode="mirror"), ValueError,
+        E("pad: mode must be one of ['circular', 'constant', 'reflect', 'replicate'], got 'mirror'")),
+    Row("E-tensor-4", lambda: ones(2, 3).gather(0, Tensor([0])), ValueError,
+        E("gather: index must have the same rank as the Tensor (2), got shape (1,)")),
+    Row("E-tensor-5", lambda: ones(2, 3).div(2, rounding_mode="round"), ValueError,
+        E("div: rounding_mode must be None, 'trunc' or 'floor', got 'round'")),
+    Row("E-tensor-6", lambda: ones(1, 2, 4).interpolate((3,), mode="bicubic"), ValueError,
+        E("interpolate: mode 'bicubic' resizes 2 axes, got size (3,)")),
     # --- kernels -------------------------------------------------------------------------------------------
     Row("E-kernel-1", _kernel_compile_failure, KernelCompileError,
         E("kernel broken_one failed to compile: ", ANY)),

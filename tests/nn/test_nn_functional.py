@@ -495,7 +495,7 @@ def test_tensor_methods_delegate_with_tinygrad_conventions(rng: np.random.Genera
     np.testing.assert_allclose(t.conv2d(w, padding=1, stride=2).numpy(),
                                F.conv2d(x, w, stride=2, padding=1).numpy(), rtol=1e-6)
     np.testing.assert_array_equal(t.max_pool2d().numpy(), F.max_pool2d(x, 2).numpy())
-    np.testing.assert_allclose(t.avg_pool2d(3, 1, 1).numpy(), pool_ref(x, 3, 1, 1, "avg"), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t.avg_pool2d(3, 1, padding=1).numpy(), pool_ref(x, 3, 1, 1, "avg"), rtol=1e-5, atol=1e-6)
     features, weight_in_out = rand(rng, 5, 3), rand(rng, 3, 2)  # tinygrad's linear takes (in, out)
     assert_close(fg.Tensor(features).linear(weight_in_out, np.ones(2, np.float32)).numpy(),
                  features.astype(np.float64) @ weight_in_out + 1, rtol=1e-5, atol=1e-6)
