@@ -89,6 +89,7 @@ from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
 from funcgrad.lower.render_llvm import render_llvm
 from funcgrad.lower.render_loops import external_symbols, llvm_function_name
 from funcgrad.util.caches import LRUCache, cache_size
+from funcgrad.util.config import EnvironmentVariableError
 from funcgrad.util.debug import debug_level
 
 __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PARALLEL_MIN_WORK"]
@@ -324,6 +325,8 @@ class CPUDevice(Device):
         started = time.perf_counter()
         try:
             kernel = optimize(kernel)  # heuristics, a stored BEAM choice, or a search when BEAM is set
+        except EnvironmentVariableError:
+            raise  # BEAM's own message says what to fix
         except ValueError as error:
             raise KernelCompileError(f"kernel {kernel.name} cannot be optimised for the CPU: {error}") from error
         PHASE_SECONDS["optimize"] += time.perf_counter() - started

@@ -21,7 +21,7 @@ class DiskCache:
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
         self.folder = Path(folder or cache_root()) / "cpu"
-        self.max_bytes = cache_size("FUNCGRAD_CACHE_MAX_MB", 1024) << 20
+        self.max_bytes = cache_size("FUNCGRAD_CACHE_MAX_MB", 1024, "megabytes") << 20
         self._unchecked_bytes: int | None = None  # written since the folder was last trimmed (None: not yet)
 
     def key(self, source: str) -> str:

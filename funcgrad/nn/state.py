@@ -106,7 +106,22 @@ def _as_tensor(name: str, value: Any) -> Tensor:
         return value
     if isinstance(value, np.ndarray):
         return Tensor(value, dtype=value.dtype)
-    raise StateDictError(f"state dict entry {name!r} must be a Tensor or a NumPy array, got {type(value).__name__}")
+    torch_array = _from_torch(value)
+    if torch_array is not None:
+        return Tensor(torch_array, dtype=torch_array.dtype)
+    raise StateDictError(f"state dict entry {name!r} must be a Tensor, a NumPy array or a PyTorch tensor, "
+                         f"got {type(value).__name__}")
+
+
+def _from_torch(value: Any) -> np.ndarray | None:
+    """A PyTorch tensor's values as a NumPy array (None for anything else); torch is not imported."""
+    if not type(value).__module__.startswith("torch") or not hasattr(value, "detach"):
+        return None
+    value = value.detach().cpu()
+    if str(value.dtype) == "torch.bfloat16":  # NumPy has no bfloat16: move the bits
+        import torch  # here only: a PyTorch tensor was given, so torch is installed
+        return value.contiguous().view(torch.int16).numpy().view(dtypes.bfloat16)
+    return np.asarray(value.numpy())
 
 
 def load_state_dict(obj: Any, state_dict: Mapping[str, Any], strict: bool = True) -> None:
@@ -158,6 +173,8 @@ def _host_array(name: str, value: Any) -> np.ndarray:
         array = value.numpy()
     elif isinstance(value, np.ndarray):
         array = value
+    elif (torch_array := _from_torch(value)) is not None:
+        array = torch_array
     else:
         raise TypeError(f"safe_save: {name!r} must be a Tensor or a NumPy array, got {type(value).__name__}")
     base = array.dtype.newbyteorder("=")
@@ -216,6 +233,9 @@ def safe_save(state_dict: Mapping[str, Any], path: PathLike, metadata: Mapping[s
     """
     header, arrays = _encode(state_dict, metadata)
     path = os.fspath(path)
+    if os.path.isdir(path):  # else os.replace's error would name the temporary file
+        raise IsADirectoryError(f"safe_save: {path!r} is a folder; give a file name, e.g. "
+                                f"{os.path.join(path, 'model.safetensors')!r}")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # else mkstemp's error would name a temporary file the user never chose
         raise FileNotFoundError(f"safe_save: the folder {folder!r} of {path!r} does not exist; create it first")
@@ -363,7 +383,10 @@ def _read_header(file: Any, path: str) -> tuple[list[_Entry], dict[str, str], in
     if size < 8:
         raise SafetensorsError(f"{path}: too short for a safetensors file ({size} bytes; the header length "
                                "alone takes 8)")
-    header_length = int.from_bytes(file.read(8), "little")
+    first = file.read(8)
+    header_length = int.from_bytes(first, "little")
+    if header_length > min(MAX_HEADER_BYTES, size - 8):
+        _reject_other_formats(first, path)
     if header_length > MAX_HEADER_BYTES:
         raise SafetensorsError(f"{path}: header length {header_length} exceeds the limit of {MAX_HEADER_BYTES} "
                                "bytes (corrupt length field?)")
@@ -375,6 +398,18 @@ def _read_header(file: Any, path: str) -> tuple[list[_Entry], dict[str, str], in
         raise SafetensorsError(f"{path}: the file ended inside the header")
     entries, metadata = _parse_header(text, size - 8 - header_length, path)
     return entries, metadata, 8 + header_length
+
+
+def _reject_other_formats(first: bytes, path: str) -> None:
+    """A file whose header length is impossible: say what it is when it is a format we know."""
+    convert = (f"; convert it once: safe_save(torch.load({path!r}), 'model.safetensors'), or pass "
+               "torch.load(path) to load_state_dict directly")
+    if first.startswith(b"PK\x03\x04"):
+        raise SafetensorsError(f"{path}: this is a zip archive, as PyTorch's torch.save writes (a .pt/.pth "
+                               f"checkpoint holding pickles), not a safetensors file{convert}")
+    if first[:1] == b"\x80" and first[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        raise SafetensorsError(f"{path}: this is a Python pickle (PyTorch's legacy torch.save format?), not a "
+                               f"safetensors file; funcgrad does not unpickle files{convert}")
 
 
 def safe_load_metadata(path: PathLike) -> dict[str, str]:

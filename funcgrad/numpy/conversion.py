@@ -255,6 +255,11 @@ def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Tensor:
 
 
 def broadcast_arrays(*args: ArrayLike) -> list[Tensor]:
+    """The arguments broadcast against each other to one shape (NumPy's broadcasting rules).
+
+    >>> [t.shape for t in broadcast_arrays(asarray([1, 2]), asarray([[0], [1], [2]]))]
+    [(3, 2), (3, 2)]
+    """
     tensors = [asarray(a) for a in args]
     shape = broadcast_shapes(*(t.shape for t in tensors))
     return [broadcast_to(t, shape) for t in tensors]

@@ -105,15 +105,30 @@ def empty(shape: Shape, *, dtype: Any = None, device: str | None = None) -> Tens
 
 def full_like(x: ArrayLike, /, fill_value: bool | int | float, *, dtype: Any = None,
               device: str | None = None) -> Tensor:
+    """An array of ``x``'s shape (and dtype, unless ``dtype`` is given) filled with ``fill_value``.
+
+    >>> full_like(asarray([1, 2]), 7).tolist()
+    [7, 7]
+    """
     x = asarray(x)
     return full(x.shape, fill_value, dtype=x.dtype if dtype is None else dtype)
 
 
 def zeros_like(x: ArrayLike, /, *, dtype: Any = None, device: str | None = None) -> Tensor:
+    """Zeros of ``x``'s shape and dtype (or ``dtype``).
+
+    >>> zeros_like(asarray([1.5, 2.5])).tolist()
+    [0.0, 0.0]
+    """
     return full_like(x, 0, dtype=dtype)
 
 
 def ones_like(x: ArrayLike, /, *, dtype: Any = None, device: str | None = None) -> Tensor:
+    """Ones of ``x``'s shape and dtype (or ``dtype``).
+
+    >>> ones_like(asarray([1, 2]), dtype='float32').tolist()
+    [1.0, 1.0]
+    """
     return full_like(x, 1, dtype=dtype)
 
 
