@@ -29,7 +29,19 @@ from funcgrad.autograd import is_training
 from funcgrad.core.tensor import Tensor
 from funcgrad.util import tree
 
-_CHILD = object()  # stands in the layout for an attribute that is a child (its value is a subtree)
+
+class _ChildMarker:
+    """The one object standing in a layout for an attribute that is a child (its value is a subtree);
+    it unpickles as itself, so a pickled TreeDef still equals the original."""
+
+    def __reduce__(self) -> str:
+        return "_CHILD"
+
+    def __repr__(self) -> str:
+        return "<child>"
+
+
+_CHILD = _ChildMarker()
 
 
 class _ByRepr:
