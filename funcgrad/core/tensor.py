@@ -402,7 +402,7 @@ class Tensor(_Methods):
 
 def _unpickle_tensor(array: np.ndarray, device: str | None, weak: bool, requires_grad: bool | None,
                      grad: Tensor | None) -> Tensor:
-    tensor = Tensor._wrap(_eager.from_array(np.ascontiguousarray(array), None if device is None
+    tensor = Tensor._wrap(_eager.from_array(np.require(array, requirements="C"), None if device is None
                                             else _eager.usable_device(device), device is not None), weak)
     tensor.requires_grad = requires_grad
     tensor.grad = grad
@@ -414,7 +414,7 @@ def tensor_from_host(array: np.ndarray) -> Tensor:
     dtype): zero-copy, for DLPack. The array is marked read-only through this view."""
     if array.dtype not in dtypes.ALL_DTYPES:
         raise TypeError(f"arrays of dtype {array.dtype} are not supported by funcgrad")
-    view = np.ascontiguousarray(array).view()
+    view = np.require(array, requirements="C").view()  # (ascontiguousarray would make 0-d arrays 1-d)
     return Tensor._wrap(_eager.from_array(view, None, False))
 
 

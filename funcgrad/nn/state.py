@@ -9,8 +9,8 @@ holding them sees the new values.
 Files use the safetensors format: an 8-byte little-endian header length N, N bytes of JSON
 (``{"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, "__metadata__": {...}}``),
 then the raw little-endian data, each tensor's bytes at its offsets, packed with no gaps. Reading
-checks the whole header against the file size before it reads any data; nothing is unpickled or
-executed. Writing goes to a temporary file in the same folder that replaces the target only once
+checks the whole header against the file size before it reads any data (funcgrad's stricter checks
+and messages); then the ``safetensors`` package reads the data. Nothing is unpickled or executed. Writing goes to a temporary file in the same folder that replaces the target only once
 it is complete and synced, so a crash leaves the old file or the new one, never a torn one.
 
 >>> safe_save(get_state_dict(model), "model.safetensors")          # doctest: +SKIP
@@ -29,8 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import safetensors
 
-from funcgrad.core.tensor import Tensor
+from funcgrad.core.tensor import Tensor, tensor_from_host
 from funcgrad.ir import dtypes
 from funcgrad.util import tree
 
@@ -170,7 +171,7 @@ def load_state_dict(obj: Any, state_dict: Mapping[str, Any], strict: bool = True
 
 def _host_array(name: str, value: Any) -> np.ndarray:
     if isinstance(value, Tensor):
-        array = value.numpy()
+        array = np.asarray(value)  # the computed array itself (read-only), not a copy
     elif isinstance(value, np.ndarray):
         array = value
     elif (torch_array := _from_torch(value)) is not None:
@@ -182,7 +183,7 @@ def _host_array(name: str, value: Any) -> np.ndarray:
         raise TypeError(f"safe_save: {name!r} has dtype {array.dtype}, which safetensors cannot hold here; "
                         f"supported: {', '.join(dt.name for dt in _NAME_OF_DTYPE)}")
     if base == dtypes.bool_:  # a NumPy bool can hold any byte; safetensors readers expect 0 or 1
-        return np.asarray(array, order="C").view(np.uint8) != 0
+        return np.asarray(np.asarray(array, order="C").view(np.uint8) != 0)  # (a 0-d comparison gives a scalar)
     return np.asarray(array, dtype=base.newbyteorder("<"), order="C")
 
 
@@ -432,17 +433,16 @@ def safe_load(path: PathLike) -> dict[str, Tensor]:
     """
     path = os.fspath(path)
     with open(path, "rb") as file:
-        entries, _, data_start = _read_header(file, path)
-        data_size = entries[-1].end if entries else 0
-        file.seek(data_start)
-        data = file.read(data_size)
-    if len(data) != data_size:  # the file shrank while we read it
-        raise SafetensorsError(f"{path}: the file ended after {len(data)} of {data_size} data bytes")
+        entries, _, _ = _read_header(file, path)  # funcgrad's checks and messages first, on the whole header
     result: dict[str, Tensor] = {}
+    try:  # then the safetensors package reads the data (memory-mapped; each array a fresh copy we own)
+        with safetensors.safe_open(path, framework="np") as opened:
+            arrays = {entry.name: opened.get_tensor(entry.name) for entry in entries}
+    except Exception as error:  # noqa: BLE001 - e.g. the file changed after the header was checked
+        raise SafetensorsError(f"{path}: {error}") from error
     for entry in entries:
-        on_disk = entry.dtype if sys.byteorder == "little" else entry.dtype.newbyteorder("<")
-        array = np.frombuffer(data, dtype=on_disk, count=math.prod(entry.shape), offset=entry.begin)
+        array = np.require(arrays[entry.name], entry.dtype, "C")
         if entry.dtype == dtypes.bool_ and array.view(np.uint8).max(initial=0) > 1:
             raise SafetensorsError(f"{path}: {entry.name!r} is BOOL but holds bytes other than 0 and 1")
-        result[entry.name] = Tensor(array.reshape(entry.shape), dtype=entry.dtype)
+        result[entry.name] = tensor_from_host(array.reshape(entry.shape))
     return result
