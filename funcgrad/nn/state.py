@@ -10,8 +10,10 @@ Files use the safetensors format: an 8-byte little-endian header length N, N byt
 (``{"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, "__metadata__": {...}}``),
 then the raw little-endian data, each tensor's bytes at its offsets, packed with no gaps. Reading
 checks the whole header against the file size before it reads any data (funcgrad's stricter checks
-and messages); then the ``safetensors`` package reads the data. Nothing is unpickled or executed. Writing goes to a temporary file in the same folder that replaces the target only once
-it is complete and synced, so a crash leaves the old file or the new one, never a torn one.
+and messages); then the ``safetensors`` package reads the data. Nothing is unpickled or executed.
+Writing (funcgrad's own: see docs/architecture.md for why) goes to a temporary file in the same
+folder that replaces the target only once it is complete and synced, so a crash leaves the old
+file or the new one, never a torn one.
 
 >>> safe_save(get_state_dict(model), "model.safetensors")          # doctest: +SKIP
 >>> load_state_dict(model, safe_load("model.safetensors"))          # doctest: +SKIP
