@@ -217,6 +217,7 @@ def linspace(start: float, stop: float, /, num: int, *, dtype: Any = None, devic
         endpoint_dtypes = [v.dtype for v in endpoints if isinstance(v, Tensor) and dtypes.is_float(v.dtype)]
         dtype = max(endpoint_dtypes, key=lambda d: d.itemsize) if endpoint_dtypes else dtypes.default_float
     dtype = dtypes.canonicalize(dtype)
+    check_array_size((num,), dtype, "linspace")
     work = dtype if dtypes.is_float(dtype) and dtype.itemsize >= 4 else dtypes.float32
     divisions = (num - 1 if endpoint else num) or 1
     counts = bind(P.iota_p, dtype=work, shape=(num,), dimension=0)
@@ -243,9 +244,11 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     """A 2-d array with ones on the ``k``-th diagonal. >>> eye(2).tolist()  # [[1.0, 0.0], [0.0, 1.0]]"""
     n_cols = n_rows if n_cols is None else n_cols
     shape = _shape((n_rows, n_cols))
-    rows = bind(P.iota_p, dtype=dtypes.int32, shape=shape, dimension=0)
-    cols = bind(P.iota_p, dtype=dtypes.int32, shape=shape, dimension=1)
-    on_diagonal = (cols - rows) == np.int32(k)
+    check_array_size(shape, dtypes.default_float if dtype is None else dtypes.canonicalize(dtype), "eye")
+    counter = dtypes.int32 if max(shape) + abs(k) < 2**31 else dtypes.int64  # row/column numbers must not wrap
+    rows = bind(P.iota_p, dtype=counter, shape=shape, dimension=0)
+    cols = bind(P.iota_p, dtype=counter, shape=shape, dimension=1)
+    on_diagonal = (cols - rows) == _to_numpy_scalar(k, counter)
     return on_diagonal.astype(dtypes.default_float if dtype is None else dtype)
 
 

@@ -32,7 +32,11 @@ def test_arange_at_the_int32_edge_and_in_int64_is_exact() -> None:
 @pytest.mark.parametrize("call, name", [(lambda: fnp.ones(10**20), "ones"),
                                         (lambda: fnp.zeros((2**31, 2**31)), "zeros"),
                                         (lambda: fnp.full((2**40, 2**30), 1.5), "full"),
-                                        (lambda: fnp.empty((2**62, 2)), "empty")])
+                                        (lambda: fnp.empty((2**62, 2)), "empty"),
+                                        (lambda: fnp.linspace(0, 1, 10**20), "linspace"),
+                                        (lambda: fnp.eye(10**10), "eye"),
+                                        (lambda: fnp.broadcast_to(fnp.ones(1), (2**40, 2**40)), "broadcast_to"),
+                                        (lambda: fg.Tensor.ones(10**20), "ones")])
 def test_unaddressable_shapes_fail_at_creation(call, name) -> None:
     with pytest.raises(ValueError, match=rf"^{name}: shape \(.*\) of \w+ holds \d+ elements \(\d+ bytes\), more than "
                                          r"the 9223372036854775807 bytes an array can address$"):
