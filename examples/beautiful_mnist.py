@@ -4,6 +4,8 @@
     python3 examples/beautiful_mnist.py --dataset mnist  # MNIST digits, where its files are present
     python3 examples/beautiful_mnist.py --steps 300 --batch-size 512 --seed 0
 
+Needs tqdm for its progress bar (``python3 -m pip install -e '.[examples]'``, as the README's demo command).
+
 The step is seed-style (``opt.zero_grad(); loss.backward(); opt.step()``) and runs under ``fg.jit``:
 the model and optimiser are arguments, so their parameters, Adam state and BatchNorm statistics are
 traced as inputs and written back after every call. Prints the test accuracy and the wall time.
@@ -15,15 +17,10 @@ import argparse
 import time
 
 import numpy as np
+from tqdm import trange  # the examples' one dependency: python3 -m pip install -e '.[examples]'
 
 import funcgrad as fg
 from funcgrad import Tensor, nn
-
-try:
-    from tqdm import trange
-except ImportError:  # tqdm is optional: a plain range, with a line printed now and then
-    def trange(n: int, **_: object) -> range:  # type: ignore[misc]
-        return range(n)
 
 
 class Model(nn.Module):
@@ -104,11 +101,7 @@ def main() -> None:
             accuracy = test_accuracy(model, X_test, Y_test)
             if args.target is not None and accuracy >= args.target:
                 break
-        message = f"loss: {loss.item():6.3f} test_accuracy: {accuracy:5.2f}%"
-        if hasattr(progress, "set_description"):
-            progress.set_description(message)
-        elif step % 10 == 9:
-            print(f"step {step + 1}: {message}", flush=True)
+        progress.set_description(f"loss: {loss:6.3f} test_accuracy: {accuracy:5.2f}%")
     elapsed = time.perf_counter() - start
     print(f"{args.dataset}: test accuracy {accuracy:.2f}% after {step + 1} steps of batch {args.batch_size} "
           f"in {elapsed:.1f} s ({elapsed / (step + 1) * 1000:.0f} ms/step incl. evaluation)")

@@ -25,8 +25,8 @@ import gzip
 import hashlib
 import math
 import os
+import re
 import sys
-import tempfile
 import urllib.request
 import zlib
 from collections.abc import Iterator
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import pooch
 
 from funcgrad import random as fr
 from funcgrad.core.tensor import Tensor
@@ -197,24 +198,20 @@ def _fetch_into_cache(dataset: _Dataset, file: _File) -> tuple[Path | None, list
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         return None, [f"cannot create the cache folder {folder}: {err}"]
-    target = folder / f"{file.name}.gz"
     for mirror in dataset.mirrors:
         url = mirror + file.name + ".gz"
-        fd, temp_name = tempfile.mkstemp(dir=folder, prefix=f".{file.name}.", suffix=".part")
-        os.close(fd)
-        temp = Path(temp_name)
         try:
-            _download(url, temp)
-            digest = _sha256(temp.read_bytes())
-            if digest != file.gz_sha256:
-                failures.append(f"{url}: SHA-256 {digest} is not the published {file.gz_sha256}")
-                continue
-            os.replace(temp, target)
-            return target, failures
+            # pooch downloads into a temporary file, checks the published SHA-256 and moves the file into
+            # place only when it matches; the transfer itself is ours (urllib: https and file URLs alike)
+            fetched = pooch.retrieve(url, known_hash=f"sha256:{file.gz_sha256}", fname=f"{file.name}.gz",
+                                     path=folder, downloader=lambda url, output, _: _download(url, Path(output)))
+            return Path(fetched), failures
+        except ValueError as err:  # pooch's hash mismatch (the bad download is deleted)
+            digest = re.search(r"\(([0-9a-f]{64})\)", str(err))
+            got = digest.group(1) if digest else "of another file"
+            failures.append(f"{url}: SHA-256 {got} is not the published {file.gz_sha256}")
         except OSError as err:  # URLError, timeouts and HTTP errors are OSErrors
             failures.append(f"{url}: {err}")
-        finally:
-            temp.unlink(missing_ok=True)
     return None, failures
 
 

@@ -196,6 +196,20 @@ def _computed(data: LazyBuffer) -> np.ndarray:
     return data.array
 
 
+def _static_hint(value: Any) -> str:
+    """What to pass instead of the unhashable static argument ``value``."""
+    if isinstance(value, list):
+        return "pass a tuple instead of a list, or make it a traced argument"
+    if isinstance(value, (set, bytearray)):
+        return f"pass a {'frozenset' if isinstance(value, set) else 'bytes'} instead, or make it a traced argument"
+    if isinstance(value, dict):
+        return "pass a tuple of (key, value) pairs or a frozen dataclass instead, or make it a traced argument"
+    if isinstance(value, (np.ndarray, Tensor)):
+        return ("arrays are traced arguments: remove it from static_argnums/static_argnames (or pass a tuple of its "
+                "values if it must be static)")
+    return "give its class __hash__ and __eq__ (e.g. a frozen dataclass), or make it a traced argument"
+
+
 class Jitted:
     """A jit-wrapped function. ``trace_count`` says how many times it traced; ``DEBUG=1`` prints why
     it retraced."""
@@ -224,6 +238,16 @@ class Jitted:
     def name(self) -> str:
         return getattr(self.fn, "__name__", "fn")
 
+    def __repr__(self) -> str:
+        options = (("static_argnums", self.static_argnums), ("static_argnames", self.static_argnames))
+        statics = "".join(f", {label}={value!r}" for label, value in options if value)
+        return f"jit({self.name}{statics}, traced {self.trace_count} time{'s' if self.trace_count != 1 else ''})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"cannot pickle jit({self.name}): a jitted function holds compiled kernels and caches that "
+                        "belong to this process; pickle its arguments (parameters, optimizer state) and the plain "
+                        "function's module, then call fg.jit(f) again after loading")
+
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], Callable[..., Any]]:
         for n in self.static_argnums:
             if not -len(args) <= n < len(args):
@@ -238,7 +262,7 @@ class Jitted:
             except TypeError:
                 label = f"argument {where}" if isinstance(where, int) else f"argument '{where}'"
                 raise TypeError(f"jit({self.name}): static {label} of type {type(value).__name__} is not "
-                                "hashable; pass a tuple instead of a list, or make it a traced argument") from None
+                                f"hashable; {_static_hint(value)}") from None
         dynamic_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
 

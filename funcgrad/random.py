@@ -51,6 +51,10 @@ _SIGNED = {16: dtypes.int16, 32: dtypes.int32, 64: dtypes.int64}
 # --- argument checking -------------------------------------------------------------------------
 
 
+# threefry2x32 hashes uint32 counters 0..count-1, two per 64-bit value: so at most 2**31 values a draw
+_MAX_DRAW = 2**31
+
+
 def _shape(shape: Shape, name: str) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints; an int means a 1-D shape."""
     dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
@@ -60,6 +64,10 @@ def _shape(shape: Shape, name: str) -> tuple[int, ...]:
         raise TypeError(f"{name}: shape must be an int or a tuple of ints, got {shape!r}") from None
     if any(d < 0 for d in result):
         raise ValueError(f"{name}: shape {result} has a negative dimension")
+    size = math.prod(result)
+    if size > _MAX_DRAW:
+        raise ValueError(f"{name}: shape {result} has {size} elements, more than the {_MAX_DRAW} one draw can make "
+                         f"(threefry's counters are 32-bit); split the key and draw in parts")
     return result
 
 

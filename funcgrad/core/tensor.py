@@ -290,8 +290,61 @@ class Tensor(_Methods):
         return np.array(self._concrete("numpy()"), copy=True)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """NumPy's conversion protocol: ``np.asarray(t)`` is a read-only view of the computed host
+        array (no copy, as JAX's on the CPU); ``copy=True`` gives a writable copy; ``copy=False``
+        raises when a copy is needed (another dtype), as NumPy 2 asks."""
         array = self._concrete("np.asarray()")
-        return np.array(array, dtype=dtype, copy=True)
+        if copy:
+            return np.array(array, dtype=dtype, copy=True)
+        if dtype is None or np.dtype(dtype) == array.dtype:
+            return array  # read-only: Tensors are immutable and share their buffers
+        if copy is False:
+            raise ValueError(f"np.array(copy=False): converting a Tensor of dtype {array.dtype.name} to "
+                             f"{np.dtype(dtype).name} needs a copy; pass copy=None (or True)")
+        return array.astype(dtype)
+
+    # --- interchange: DLPack, pickle, format ----------------------------------------------------------
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        """DLPack export of the computed host array (zero-copy): ``torch.from_dlpack(t)``,
+        ``np.from_dlpack(t)``. The consumer sees it read-only where DLPack 1.0 can say so."""
+        array = self._concrete("__dlpack__()")
+        if max_version is None or max_version < (1, 0):
+            # the old protocol cannot mark memory read-only, and NumPy refuses to export it: lend a copy
+            return np.array(array, copy=True).__dlpack__(stream=stream)
+        return array.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU: realized values are host arrays whatever the device (see funcgrad.lazy)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle (and ``copy.deepcopy``) by value: a pending Tensor is computed first."""
+        if isinstance(self._data, Tracer):
+            raise TypeError(f"cannot pickle a traced value ({self!r}); return it from the traced function and "
+                            "pickle the result")
+        array = self._concrete("pickle")
+        data = self._data
+        return _unpickle_tensor, (array, data.device if data.committed else None, self._weak, self._requires_grad,
+                                  self.grad)
+
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.3f}"`` formats a one-element Tensor as its Python number; ``f"{t}"`` is ``str(t)``."""
+        if not spec:
+            return str(self)
+        if self.size != 1:
+            raise TypeError(f"format spec {spec!r} needs a Tensor with one element, this one has shape {self.shape}; "
+                            "format t.tolist() or np.asarray(t) instead")
+        return format(self.item(), spec)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element, as NumPy's ``itemsize``."""
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole array (``size * itemsize``), as NumPy's ``nbytes``."""
+        return self.size * self.dtype.itemsize
 
     def tolist(self) -> Any:
         return self._concrete("tolist()").tolist()
@@ -344,6 +397,24 @@ class Tensor(_Methods):
         printer.text(repr(self.realize()) if not self.is_traced else repr(self))
 
     # everything else (operators, reshape, sum, ...) is in funcgrad/tensor_methods.py
+
+
+def _unpickle_tensor(array: np.ndarray, device: str | None, weak: bool, requires_grad: bool | None,
+                     grad: Tensor | None) -> Tensor:
+    tensor = Tensor._wrap(_eager.from_array(np.require(array, requirements="C"), None if device is None
+                                            else _eager.usable_device(device), device is not None), weak)
+    tensor.requires_grad = requires_grad
+    tensor.grad = grad
+    return tensor
+
+
+def tensor_from_host(array: np.ndarray) -> Tensor:
+    """A Tensor on the default device holding ``array`` itself when it can (C-contiguous, a funcgrad
+    dtype): zero-copy, for DLPack. The array is marked read-only through this view."""
+    if array.dtype not in dtypes.ALL_DTYPES:
+        raise TypeError(f"arrays of dtype {array.dtype} are not supported by funcgrad")
+    view = np.require(array, requirements="C").view()  # (ascontiguousarray would make 0-d arrays 1-d)
+    return Tensor._wrap(_eager.from_array(view, None, False))
 
 
 Array = Tensor

@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 
 from funcgrad.lower.device import set_optimizer_target
+from funcgrad.util.config import EnvironmentVariableError
 
 __all__ = ["Device", "DeviceInfo", "DeviceUnavailableError", "available_devices", "canonical_name", "default_device",
            "devices", "get_device", "register_device", "register_module", "set_default_device"]
@@ -78,7 +79,10 @@ def canonical_name(name: str) -> str:
     """The registry's spelling of a device name: upper case, aliases resolved, a ``:0`` index dropped."""
     if not isinstance(name, str):
         raise TypeError(f"a device is named by a string such as 'CPU' or 'CL', got {type(name).__name__}")
-    upper = name.strip().upper().split(":")[0]
+    upper, _, index = name.strip().upper().partition(":")
+    if index not in ("", "0"):  # one device of each kind: another index must not silently mean device 0
+        raise DeviceUnavailableError(f"device {name!r} is not available: funcgrad uses one device of each kind, "
+                                     f"index 0 ('{upper}' or '{upper}:0'); got index {index!r}")
     return ALIASES.get(upper, upper)
 
 
@@ -125,6 +129,8 @@ def _probe(name: str) -> tuple[bool, str]:
         if name not in _PROBES:
             try:
                 _PROBES[name] = _REGISTRY[name].probe()
+            except EnvironmentVariableError:
+                raise
             except Exception as error:  # noqa: BLE001 - a probe must never take the library down
                 _PROBES[name] = (False, f"probe failed: {type(error).__name__}: {error}")
         return _PROBES[name]
@@ -166,6 +172,8 @@ def get_device(name: str | None = None) -> Any:
             raise _unavailable(key, reason)
         try:
             instance = _REGISTRY[key].factory()
+        except EnvironmentVariableError:
+            raise  # the variable's own message says what to fix; "not available" would mislead
         except Exception as error:
             raise _unavailable(key, f"it failed to start: {type(error).__name__}: {error}") from error
         _INSTANCES[key] = instance

@@ -89,6 +89,7 @@ from funcgrad.lower.plan import PHASE_COUNTS, PHASE_SECONDS, PlanDiskCache
 from funcgrad.lower.render_llvm import render_llvm
 from funcgrad.lower.render_loops import external_symbols, llvm_function_name
 from funcgrad.util.caches import LRUCache, cache_size
+from funcgrad.util.config import EnvironmentVariableError
 from funcgrad.util.debug import debug_level
 
 __all__ = ["CPUDevice", "CompiledKernel", "KernelCompileError", "DiskCache", "PARALLEL_MIN_WORK"]
@@ -272,10 +273,16 @@ class CPUDevice(Device):
             return [self.compile(kernel) for kernel in kernels]
         target = host_target()
 
-        def build(source: str, level: int) -> bytes | BaseException:
+        def build(source: str, level: int, key: str) -> bytes | BaseException:
             try:
-                self._check_symbols(source)
-                return target.compile_alone(source, level)
+                with self.disk_cache.compiling(key):  # another process compiling it: wait, then read it
+                    stored = self.disk_cache.load(key)
+                    if stored is not None:
+                        return stored
+                    self._check_symbols(source)
+                    object_code = target.compile_alone(source, level)
+                    self.disk_cache.store(key, object_code)
+                    return object_code
             except RuntimeError as error:
                 return error
 
@@ -283,15 +290,15 @@ class CPUDevice(Device):
         builds: dict[str, Future[bytes | BaseException]] = {}  # one compile per distinct source
         # what waits for a compiling thread, heaviest first (so no long compile is left for last while
         # the other threads idle): (-estimated cost, order, source, pipeline, its future)
-        waiting: list[tuple[float, int, str, int, Future[bytes | BaseException]]] = []
+        waiting: list[tuple[float, int, str, int, str, Future[bytes | BaseException]]] = []
         waiting_lock = threading.Lock()
         stream = beam_width() == 0
 
         def build_heaviest() -> None:
             with waiting_lock:
-                _, _, source, level, future = heapq.heappop(waiting)
+                _, _, source, level, key, future = heapq.heappop(waiting)
             try:
-                future.set_result(build(source, level))
+                future.set_result(build(source, level, key))
             except BaseException as error:  # noqa: BLE001 - the waiting caller raises it
                 future.set_exception(error)
 
@@ -304,7 +311,7 @@ class CPUDevice(Device):
                     builds[item[4]] = Future()
                     with waiting_lock:
                         heapq.heappush(waiting, (-compile_cost(item[4], item[2]), len(builds), item[4], item[2],
-                                                 builds[item[4]]))
+                                                 item[3], builds[item[4]]))
                     pool.submit(build_heaviest)
 
             for kernel in kernels:
@@ -324,6 +331,8 @@ class CPUDevice(Device):
         started = time.perf_counter()
         try:
             kernel = optimize(kernel)  # heuristics, a stored BEAM choice, or a search when BEAM is set
+        except EnvironmentVariableError:
+            raise  # BEAM's own message says what to fix
         except ValueError as error:
             raise KernelCompileError(f"kernel {kernel.name} cannot be optimised for the CPU: {error}") from error
         PHASE_SECONDS["optimize"] += time.perf_counter() - started
@@ -358,7 +367,11 @@ class CPUDevice(Device):
             try:
                 if built is None:
                     self._check_symbols(source)
-                object_code = built if built is not None else target.compile(shared, level)
+                    with self.disk_cache.compiling(key):  # another process compiling it: wait, then read it
+                        object_code = self.disk_cache.load(key) or target.compile(shared, level)
+                        self.disk_cache.store(key, object_code)
+                else:
+                    object_code = built
                 engine, address = target.load(object_code, SHARED_NAME)
             except RuntimeError as error:
                 detail = f"\n{source}" if debug_level() >= 4 else " (DEBUG=4 shows its LLVM source)"

@@ -491,13 +491,15 @@ class WorkerClient:
 
     def __init__(self, idle_seconds: float | None = None) -> None:
         self.lock = threading.Lock()
+        from funcgrad.util.config import env_float  # here: the worker's script imports only the standard library
+
         self.worker: _Worker | None = None
         self.next_number = 0
         self.starts = 0  # workers started by this client (for tests and DEBUG)
         self.idle_seconds = idle_seconds if idle_seconds is not None else \
-            float(os.environ.get("FUNCGRAD_COMPILER_IDLE", "60"))
+            env_float("FUNCGRAD_COMPILER_IDLE", 60.0)
         # how long one request may wait for its answer before the worker counts as hung and is killed
-        self.timeout_seconds = float(os.environ.get("FUNCGRAD_COMPILER_TIMEOUT", "300"))
+        self.timeout_seconds = env_float("FUNCGRAD_COMPILER_TIMEOUT", 300.0)
         self._idle_watch: threading.Thread | None = None
         os.register_at_fork(after_in_child=self._forget)
 

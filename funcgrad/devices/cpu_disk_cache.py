@@ -1,5 +1,12 @@
 """The CPU's object code on disk: one checksummed file per key (``funcgrad.util.caches.CheckedFile``),
-bounded by ``FUNCGRAD_CACHE_MAX_MB`` (``trim_folder`` deletes the least recently used)."""
+bounded by ``FUNCGRAD_CACHE_MAX_MB`` (``trim_folder`` deletes the least recently used).
+
+Processes share the folder. Cross-process locks (the ``filelock`` package; ``.lock-*`` files in the
+folder) make processes that start together (a data-parallel job, pytest-xdist workers) compile each
+kernel once: the one holding a key's lock compiles and stores it, the others wait and read it. Only
+one process trims at a time. A lock is an optimisation, never a dependency: one that cannot be taken
+in ``COMPILE_LOCK_WAIT`` seconds (or at all, on a read-only folder) is skipped and the kernel compiled.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +14,17 @@ import contextlib
 import hashlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import filelock
 
 from funcgrad.devices.cpu_target import cache_root, host_target
 from funcgrad.util.caches import cache_size, checked_entry, read_checked, write_atomically
 
 _MAGIC = b"FGOBJ01\n"
+COMPILE_LOCK_WAIT = 120.0  # seconds a process waits for another compiling the same kernel
+LOCK_PREFIX = ".lock-"
 
 
 class DiskCache:
@@ -21,8 +33,9 @@ class DiskCache:
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
         self.folder = Path(folder or cache_root()) / "cpu"
-        self.max_bytes = cache_size("FUNCGRAD_CACHE_MAX_MB", 1024) << 20
+        self.max_bytes = cache_size("FUNCGRAD_CACHE_MAX_MB", 1024, "megabytes") << 20
         self._unchecked_bytes: int | None = None  # written since the folder was last trimmed (None: not yet)
+        self._stored: set[str] = set()  # keys this process wrote
 
     def key(self, source: str) -> str:
         return hashlib.sha256((host_target().fingerprint + "\n" + source).encode()).hexdigest()
@@ -38,7 +51,26 @@ class DiskCache:
             os.utime(self.path(key))  # a hit makes the entry recently used for trim_folder
         return payload
 
+    @contextlib.contextmanager
+    def compiling(self, key: str) -> Iterator[None]:
+        """Hold ``key``'s cross-process lock for the body (compile, then ``store``): another process
+        compiling the same kernel waits, then finds it on disk with ``load``."""
+        lock = filelock.FileLock(self.folder / f"{LOCK_PREFIX}{key}", timeout=COMPILE_LOCK_WAIT)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+        except (filelock.Timeout, OSError):
+            yield  # compile without it
+            return
+        try:
+            yield
+        finally:
+            lock.release()
+
     def store(self, key: str, payload: bytes) -> None:
+        if key in self._stored:  # written by this process already (inside ``compiling``)
+            return
+        self._stored.add(key)
         entry = checked_entry(_MAGIC, payload)
         # not fsynced (an fsync per file is a large part of a cold step): an entry a crash tears or empties
         # fails its checksum and reads as missing
@@ -47,7 +79,9 @@ class DiskCache:
         # trim on the first store of the process, then after every eighth of the bound written
         if self._unchecked_bytes is None or self._unchecked_bytes + len(entry) > self.max_bytes // 8:
             self._unchecked_bytes = 0
-            trim_folder(self.folder, self.max_bytes)
+            lock = filelock.FileLock(self.folder / f"{LOCK_PREFIX}trim", blocking=False)
+            with contextlib.suppress(filelock.Timeout, OSError), lock:  # another process trimming: skip
+                trim_folder(self.folder, self.max_bytes)
         else:
             self._unchecked_bytes += len(entry)
 
@@ -64,6 +98,8 @@ def trim_folder(folder: Path, max_bytes: int, keep_fraction: float = 0.75) -> in
         return 0
     entries = []
     for path in paths:
+        if path.name.startswith(LOCK_PREFIX):  # held or idle locks (empty files) are never trimmed
+            continue
         with contextlib.suppress(OSError):  # deleted by another process meanwhile
             info = path.stat()
             entries.append((info.st_mtime, info.st_size, path))

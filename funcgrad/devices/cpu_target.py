@@ -30,6 +30,7 @@ from funcgrad.devices.cpu_compiler import (
 )
 from funcgrad.devices.cpu_engines import LLVM_LOCK, free_retired
 from funcgrad.util.caches import write_atomically
+from funcgrad.util.config import env_error
 from funcgrad.util.debug import debug_level
 
 CACHE_FORMAT = "funcgrad-cpu-object-v3"  # v2: kernels get different LLVM pipelines; v3: objects name it SHARED_NAME
@@ -45,7 +46,7 @@ def compiler_mode() -> str:
     'inprocess' (llvmlite in this process, as MCJIT)."""
     requested = os.environ.get("FUNCGRAD_COMPILER", "")
     if requested not in ("", "worker", "inprocess"):
-        raise ValueError(f"FUNCGRAD_COMPILER must be 'worker' or 'inprocess', got {requested!r}")
+        raise env_error("FUNCGRAD_COMPILER", requested, "'worker' or 'inprocess'", "worker where supported")
     if requested == "inprocess":
         return "inprocess"
     if not worker_supported():

@@ -10,6 +10,7 @@ every type from the primitive shape rules and fails loudly on any inconsistency.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -47,6 +48,20 @@ class ShapedArray:
 
     def __str__(self) -> str:
         return self.short_str()
+
+
+# The largest array funcgrad makes: its bytes must be addressable with a signed 64-bit offset, as
+# NumPy's and the kernels' index arithmetic (i64) need. Checked where shapes are created (creation
+# functions, arange, random), so a huge shape fails there and not when its value is first read.
+MAX_ARRAY_BYTES = 2**63 - 1
+
+
+def check_array_size(shape: tuple[int, ...], dtype: np.dtype, op: str) -> None:
+    """Raise ValueError naming ``op`` if an array of ``shape`` and ``dtype`` could not be addressed."""
+    size = math.prod(shape)
+    if size * dtype.itemsize > MAX_ARRAY_BYTES:
+        raise ValueError(f"{op}: shape {shape} of {dtype.name} holds {size} elements ({size * dtype.itemsize} "
+                         f"bytes), more than the {MAX_ARRAY_BYTES} bytes an array can address")
 
 
 _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int8": "i8",

@@ -78,11 +78,21 @@ def kind_name(dtype: np.dtype) -> str:
 
 
 def finfo(dtype: Any) -> Any:
+    """Machine limits of a floating dtype (``eps``, ``max``, ``tiny``, ...), bfloat16 included.
+
+    >>> float(finfo('float16').max)
+    65504.0
+    """
     dtype = canonicalize(dtype)
     return ml_dtypes.finfo(dtype) if dtype == bfloat16 else np.finfo(dtype)
 
 
 def iinfo(dtype: Any) -> np.iinfo:
+    """The range of an integer dtype (``min``, ``max``, ``bits``).
+
+    >>> iinfo('int8').max
+    127
+    """
     return np.iinfo(canonicalize(dtype))
 
 

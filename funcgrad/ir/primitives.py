@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad.ir import dtypes
-from funcgrad.ir.core import ShapedArray
+from funcgrad.ir.core import ShapedArray, check_array_size
 
 REGISTRY: dict[str, Primitive] = {}
 
@@ -482,6 +482,7 @@ def _broadcast_rule(x: ShapedArray, *, shape: tuple[int, ...],
                          f"broadcast_dimensions, got {broadcast_dimensions}")
     if any(d < 0 for d in shape):
         raise ValueError(f"broadcast_in_dim: negative dimension in shape {shape}")
+    check_array_size(shape, x.dtype, "broadcast_to")
     if list(broadcast_dimensions) != sorted(set(broadcast_dimensions)):
         raise ValueError(f"broadcast_in_dim: broadcast_dimensions {broadcast_dimensions} must be "
                          "strictly increasing")
@@ -703,6 +704,7 @@ def _iota_rule(*, dtype: np.dtype, shape: tuple[int, ...], dimension: int) -> Sh
     dtype = dtypes.canonicalize(dtype)
     if dtypes.is_bool(dtype):
         raise TypeError("iota cannot produce bool values")
+    check_array_size(shape, dtype, "iota")  # a backstop: the functions making shapes check with their names
     return ShapedArray(shape, dtype)
 
 

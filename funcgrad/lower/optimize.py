@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +44,7 @@ from funcgrad.lower.render_loops import (
     reduce_outer,
 )
 from funcgrad.util.caches import write_atomically
+from funcgrad.util.config import env_float, env_int
 from funcgrad.util.debug import debug_level
 
 __all__ = ["heuristic_opts", "check_opts", "optimize", "beam_search", "cached_opts", "beam_cache_path"]
@@ -251,18 +251,12 @@ def _check_tile(kernel: Kernel, opts: Sequence[Opt], fail: Callable[[Opt | None,
 
 def beam_width() -> int:
     """``BEAM`` as an int (0: no search)."""
-    try:
-        return max(0, int(os.environ.get("BEAM", "0") or 0))
-    except ValueError:
-        return 0
+    return env_int("BEAM", 0, what="a beam width (an integer; 0: no search)")
 
 
 def beam_budget() -> float:
     """Seconds one kernel's search may take (``FUNCGRAD_BEAM_BUDGET``, default 10)."""
-    try:
-        return float(os.environ.get("FUNCGRAD_BEAM_BUDGET", "") or DEFAULT_BUDGET_S)
-    except ValueError:
-        return DEFAULT_BUDGET_S
+    return env_float("FUNCGRAD_BEAM_BUDGET", DEFAULT_BUDGET_S)
 
 
 def optimize(kernel: Kernel) -> Kernel:

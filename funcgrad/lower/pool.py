@@ -20,13 +20,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from funcgrad.util.config import env_int
 
 __all__ = ["allocator", "empty", "release", "stats", "POOL_MIN_BYTES"]
 
@@ -40,10 +41,7 @@ _LEASE_TYPES: dict[int, Any] = {}  # size -> its ctypes array type with a __del_
 
 
 def _limit_bytes() -> int:
-    try:
-        return max(0, int(os.environ.get("FUNCGRAD_POOL_MB", "1024"))) << 20
-    except ValueError:
-        return 1024 << 20
+    return env_int("FUNCGRAD_POOL_MB", 1024, what="a number of megabytes (0: no pool)") << 20
 
 
 def _lease_type(size: int) -> Any:

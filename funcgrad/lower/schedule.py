@@ -115,6 +115,40 @@ def inline_calls(ir: IR) -> IR:
     return IR(ir.in_vars, eqns, [resolve(a) for a in ir.outputs], ir.const_vars, ir.consts)
 
 
+# A concatenation of more arrays than this is cut into stored groups of this many: one kernel per
+# group, then one joining the groups. A kernel's buffers are its function's arguments (ctypes calls at
+# most 1024; WebGPU packs bindings), so thousands of operands cannot be one kernel.
+WIDE_CONCATENATE = 64
+
+
+def split_wide_concatenates(ir: IR) -> tuple[IR, frozenset[int]]:
+    """``ir`` with every concatenate of more than ``WIDE_CONCATENATE`` operands joined group by group
+    (a tree, so any number of operands works), and the ids of the groups' results, which are stored."""
+    if not any(e.primitive is P.concatenate_p and len(e.inputs) > WIDE_CONCATENATE for e in ir.eqns):
+        return ir, frozenset()
+    eqns: list[Eqn] = []
+    groups: set[int] = set()
+    for eqn in ir.eqns:
+        operands = list(eqn.inputs)
+        axis = eqn.param_dict["axis"] if eqn.primitive is P.concatenate_p else None
+        while axis is not None and len(operands) > WIDE_CONCATENATE:
+            joined: list[Any] = []
+            for first in range(0, len(operands), WIDE_CONCATENATE):
+                group = operands[first:first + WIDE_CONCATENATE]
+                if len(group) == 1:
+                    joined.append(group[0])
+                    continue
+                shape = list(group[0].aval.shape)
+                shape[axis] = sum(a.aval.shape[axis] for a in group)
+                out = Var(ShapedArray(tuple(shape), eqn.outputs[0].aval.dtype))
+                eqns.append(Eqn(P.concatenate_p, group, eqn.params, (out,)))
+                groups.add(out.id)
+                joined.append(out)
+            operands = joined
+        eqns.append(eqn if len(operands) == len(eqn.inputs) else Eqn(eqn.primitive, operands, eqn.params, eqn.outputs))
+    return IR(ir.in_vars, eqns, ir.outputs, ir.const_vars, ir.consts), frozenset(groups)
+
+
 # --- deciding what is stored --------------------------------------------------------------------
 
 def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bool = False) -> set[int]:
@@ -400,13 +434,34 @@ def _pad(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
     return K.where(valid, inner, pad_value) if inner is not None else pad_value
 
 
+# Pieces of a concatenation selected by one chain of ``where``s; more pieces are split in halves
+# first (a tree of selects on the position), so an expression's depth grows with log(pieces) and
+# thousands of pieces neither recurse too deep in the passes over it nor test every boundary.
+_CONCAT_CHAIN = 8
+
+
 def _concatenate(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
     axis = eqn.param_dict["axis"]
     offsets = [0] + list(itertools.accumulate(a.aval.shape[axis] for a in eqn.inputs))
+    pieces = [(atom, start, stop) for atom, start, stop in zip(eqn.inputs, offsets, offsets[1:]) if start != stop]
+    return _select_piece(b, pieces, idx, axis)
+
+
+def _select_piece(b: _KernelBuilder, pieces: list[tuple[Any, int, int]], idx: list[K.KExpr],
+                  axis: int) -> K.KExpr:
+    """The value of the concatenation at ``idx``, whose position on ``axis`` lies in ``pieces``."""
+    if len(pieces) > _CONCAT_CHAIN:
+        half = len(pieces) // 2
+        boundary = pieces[half][1]
+        in_left = K.alu("lt", idx[axis], K.const(boundary, K.INDEX))
+        # each half sees the position clamped into its own range, so its loads stay in bounds
+        left_idx, right_idx = list(idx), list(idx)
+        left_idx[axis] = K.where(in_left, idx[axis], K.const(pieces[0][1], K.INDEX))
+        right_idx[axis] = K.where(in_left, K.const(boundary, K.INDEX), idx[axis])
+        return K.where(in_left, _select_piece(b, pieces[:half], left_idx, axis),
+                       _select_piece(b, pieces[half:], right_idx, axis))
     result: K.KExpr | None = None
-    for atom, start, stop in reversed(list(zip(eqn.inputs, offsets, offsets[1:]))):
-        if start == stop:
-            continue
+    for atom, start, stop in reversed(pieces):
         src_idx: list[K.KExpr] = list(idx)
         src_idx[axis] = K.alu("sub", idx[axis], K.const(start, K.INDEX))
         if result is None:
@@ -695,7 +750,9 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
     """The ordered kernels and host steps computing ``ir`` (after inlining calls and lowering convolutions).
     ``row_reductions``: fuse a trailing-axes reduction into the elementwise pass that broadcasts it back
     (for devices whose renderer computes it once per row: the CPU's; see ``_materialized``)."""
-    ir, keep = lower_convolutions(inline_calls(ir))
+    ir, wide = split_wide_concatenates(inline_calls(ir))
+    ir, keep = lower_convolutions(ir)
+    keep = keep | wide
     producer = ir.producers()
     stored = _materialized(ir, keep, row_reductions)
     shared = _shared_gathers(ir, stored) | _window_layouts(ir, stored)

@@ -29,7 +29,19 @@ from funcgrad.autograd import is_training
 from funcgrad.core.tensor import Tensor
 from funcgrad.util import tree
 
-_CHILD = object()  # stands in the layout for an attribute that is a child (its value is a subtree)
+
+class _ChildMarker:
+    """The one object standing in a layout for an attribute that is a child (its value is a subtree);
+    it unpickles as itself, so a pickled TreeDef still equals the original."""
+
+    def __reduce__(self) -> str:
+        return "_CHILD"
+
+    def __repr__(self) -> str:
+        return "<child>"
+
+
+_CHILD = _ChildMarker()
 
 
 class _ByRepr:
@@ -317,3 +329,19 @@ class Module:
             child = repr(module).replace("\n", "\n  ")
             lines.append(f"  ({name}): {child}")
         return "\n".join(lines) + "\n)"
+
+    def _repr_markdown_(self) -> str:
+        """Jupyter's rich display: a table of the parameters (name, shape, dtype, count) under the repr.
+        Shapes are known without computing anything, so a model whose values are pending stays pending."""
+        from funcgrad.nn.state import get_state_dict  # state imports this module
+
+        rows = [(name, tensor) for name, tensor in get_state_dict(self).items()]
+        total = sum(tensor.size for _, tensor in rows)
+        trainable = sum(tensor.size for tensor in self.parameters())
+        text = repr(self).replace("```", "` ` `")
+        lines = [f"**{type(self).__name__}**: {total:,} values in {len(rows)} arrays ({trainable:,} trainable)", "",
+                 "```", text, "```", ""]
+        if rows:
+            lines += ["| name | shape | dtype | values |", "|---|---|---|---:|"]
+            lines += [f"| `{name}` | {tensor.shape} | {tensor.dtype.name} | {tensor.size:,} |" for name, tensor in rows]
+        return "\n".join(lines) + "\n"

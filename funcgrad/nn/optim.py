@@ -264,6 +264,12 @@ class Optimizer:
         self.state = [rule.init(p) for p in self.params]
         self.count = fnp.zeros((), dtype=dtypes.int32)
 
+    def __repr__(self) -> str:
+        values = sum(p.size for p in self.params)
+        steps = "traced" if self.count.is_traced else str(self.steps)
+        return (f"{type(self).__name__}({len(self.params)} parameters, {values} values, lr={self.lr!r}, "
+                f"steps={steps}, {self.rule})")
+
     @property
     def steps(self) -> int:
         """How many times ``step()`` ran."""

@@ -9,9 +9,11 @@ holding them sees the new values.
 Files use the safetensors format: an 8-byte little-endian header length N, N bytes of JSON
 (``{"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, "__metadata__": {...}}``),
 then the raw little-endian data, each tensor's bytes at its offsets, packed with no gaps. Reading
-checks the whole header against the file size before it reads any data; nothing is unpickled or
-executed. Writing goes to a temporary file in the same folder that replaces the target only once
-it is complete and synced, so a crash leaves the old file or the new one, never a torn one.
+checks the whole header against the file size before it reads any data (funcgrad's stricter checks
+and messages); then the ``safetensors`` package reads the data. Nothing is unpickled or executed.
+Writing (funcgrad's own: see docs/architecture.md for why) goes to a temporary file in the same
+folder that replaces the target only once it is complete and synced, so a crash leaves the old
+file or the new one, never a torn one.
 
 >>> safe_save(get_state_dict(model), "model.safetensors")          # doctest: +SKIP
 >>> load_state_dict(model, safe_load("model.safetensors"))          # doctest: +SKIP
@@ -29,8 +31,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import safetensors
 
-from funcgrad.core.tensor import Tensor
+from funcgrad.core.tensor import Tensor, tensor_from_host
 from funcgrad.ir import dtypes
 from funcgrad.util import tree
 
@@ -106,7 +109,22 @@ def _as_tensor(name: str, value: Any) -> Tensor:
         return value
     if isinstance(value, np.ndarray):
         return Tensor(value, dtype=value.dtype)
-    raise StateDictError(f"state dict entry {name!r} must be a Tensor or a NumPy array, got {type(value).__name__}")
+    torch_array = _from_torch(value)
+    if torch_array is not None:
+        return Tensor(torch_array, dtype=torch_array.dtype)
+    raise StateDictError(f"state dict entry {name!r} must be a Tensor, a NumPy array or a PyTorch tensor, "
+                         f"got {type(value).__name__}")
+
+
+def _from_torch(value: Any) -> np.ndarray | None:
+    """A PyTorch tensor's values as a NumPy array (None for anything else); torch is not imported."""
+    if not type(value).__module__.startswith("torch") or not hasattr(value, "detach"):
+        return None
+    value = value.detach().cpu()
+    if str(value.dtype) == "torch.bfloat16":  # NumPy has no bfloat16: move the bits
+        import torch  # here only: a PyTorch tensor was given, so torch is installed
+        return value.contiguous().view(torch.int16).numpy().view(dtypes.bfloat16)
+    return np.asarray(value.numpy())
 
 
 def load_state_dict(obj: Any, state_dict: Mapping[str, Any], strict: bool = True) -> None:
@@ -155,9 +173,11 @@ def load_state_dict(obj: Any, state_dict: Mapping[str, Any], strict: bool = True
 
 def _host_array(name: str, value: Any) -> np.ndarray:
     if isinstance(value, Tensor):
-        array = value.numpy()
+        array = np.asarray(value)  # the computed array itself (read-only), not a copy
     elif isinstance(value, np.ndarray):
         array = value
+    elif (torch_array := _from_torch(value)) is not None:
+        array = torch_array
     else:
         raise TypeError(f"safe_save: {name!r} must be a Tensor or a NumPy array, got {type(value).__name__}")
     base = array.dtype.newbyteorder("=")
@@ -165,7 +185,7 @@ def _host_array(name: str, value: Any) -> np.ndarray:
         raise TypeError(f"safe_save: {name!r} has dtype {array.dtype}, which safetensors cannot hold here; "
                         f"supported: {', '.join(dt.name for dt in _NAME_OF_DTYPE)}")
     if base == dtypes.bool_:  # a NumPy bool can hold any byte; safetensors readers expect 0 or 1
-        return np.asarray(array, order="C").view(np.uint8) != 0
+        return np.asarray(np.asarray(array, order="C").view(np.uint8) != 0)  # (a 0-d comparison gives a scalar)
     return np.asarray(array, dtype=base.newbyteorder("<"), order="C")
 
 
@@ -216,6 +236,9 @@ def safe_save(state_dict: Mapping[str, Any], path: PathLike, metadata: Mapping[s
     """
     header, arrays = _encode(state_dict, metadata)
     path = os.fspath(path)
+    if os.path.isdir(path):  # else os.replace's error would name the temporary file
+        raise IsADirectoryError(f"safe_save: {path!r} is a folder; give a file name, e.g. "
+                                f"{os.path.join(path, 'model.safetensors')!r}")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # else mkstemp's error would name a temporary file the user never chose
         raise FileNotFoundError(f"safe_save: the folder {folder!r} of {path!r} does not exist; create it first")
@@ -363,7 +386,10 @@ def _read_header(file: Any, path: str) -> tuple[list[_Entry], dict[str, str], in
     if size < 8:
         raise SafetensorsError(f"{path}: too short for a safetensors file ({size} bytes; the header length "
                                "alone takes 8)")
-    header_length = int.from_bytes(file.read(8), "little")
+    first = file.read(8)
+    header_length = int.from_bytes(first, "little")
+    if header_length > min(MAX_HEADER_BYTES, size - 8):
+        _reject_other_formats(first, path)
     if header_length > MAX_HEADER_BYTES:
         raise SafetensorsError(f"{path}: header length {header_length} exceeds the limit of {MAX_HEADER_BYTES} "
                                "bytes (corrupt length field?)")
@@ -375,6 +401,18 @@ def _read_header(file: Any, path: str) -> tuple[list[_Entry], dict[str, str], in
         raise SafetensorsError(f"{path}: the file ended inside the header")
     entries, metadata = _parse_header(text, size - 8 - header_length, path)
     return entries, metadata, 8 + header_length
+
+
+def _reject_other_formats(first: bytes, path: str) -> None:
+    """A file whose header length is impossible: say what it is when it is a format we know."""
+    convert = (f"; convert it once: safe_save(torch.load({path!r}), 'model.safetensors'), or pass "
+               "torch.load(path) to load_state_dict directly")
+    if first.startswith(b"PK\x03\x04"):
+        raise SafetensorsError(f"{path}: this is a zip archive, as PyTorch's torch.save writes (a .pt/.pth "
+                               f"checkpoint holding pickles), not a safetensors file{convert}")
+    if first[:1] == b"\x80" and first[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        raise SafetensorsError(f"{path}: this is a Python pickle (PyTorch's legacy torch.save format?), not a "
+                               f"safetensors file; funcgrad does not unpickle files{convert}")
 
 
 def safe_load_metadata(path: PathLike) -> dict[str, str]:
@@ -397,17 +435,16 @@ def safe_load(path: PathLike) -> dict[str, Tensor]:
     """
     path = os.fspath(path)
     with open(path, "rb") as file:
-        entries, _, data_start = _read_header(file, path)
-        data_size = entries[-1].end if entries else 0
-        file.seek(data_start)
-        data = file.read(data_size)
-    if len(data) != data_size:  # the file shrank while we read it
-        raise SafetensorsError(f"{path}: the file ended after {len(data)} of {data_size} data bytes")
+        entries, _, _ = _read_header(file, path)  # funcgrad's checks and messages first, on the whole header
     result: dict[str, Tensor] = {}
+    try:  # then the safetensors package reads the data (memory-mapped; each array a fresh copy we own)
+        with safetensors.safe_open(path, framework="np") as opened:
+            arrays = {entry.name: opened.get_tensor(entry.name) for entry in entries}
+    except Exception as error:  # noqa: BLE001 - e.g. the file changed after the header was checked
+        raise SafetensorsError(f"{path}: {error}") from error
     for entry in entries:
-        on_disk = entry.dtype if sys.byteorder == "little" else entry.dtype.newbyteorder("<")
-        array = np.frombuffer(data, dtype=on_disk, count=math.prod(entry.shape), offset=entry.begin)
+        array = np.require(arrays[entry.name], entry.dtype, "C")
         if entry.dtype == dtypes.bool_ and array.view(np.uint8).max(initial=0) > 1:
             raise SafetensorsError(f"{path}: {entry.name!r} is BOOL but holds bytes other than 0 and 1")
-        result[entry.name] = Tensor(array.reshape(entry.shape), dtype=entry.dtype)
+        result[entry.name] = tensor_from_host(array.reshape(entry.shape))
     return result

@@ -15,7 +15,8 @@ from funcgrad.ir.dtypes import (
 )
 from funcgrad.ir.dtypes import bool_ as bool  # noqa: A001 - the Array API name
 from funcgrad.numpy.conversion import (
-    asarray, astype, broadcast_arrays, broadcast_shapes, broadcast_to, isdtype, result_type,
+    asarray, astype, broadcast_arrays, broadcast_shapes, broadcast_to, from_dlpack, isdtype, issubdtype,
+    result_type,
 )
 from funcgrad.numpy.creation import *  # noqa: F403
 from funcgrad.numpy.elementwise import *  # noqa: F403

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from funcgrad.core.tensor import Tensor, bind
+from funcgrad.core.tensor import Tensor, bind, tensor_from_host
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.primitives import Primitive
@@ -142,6 +142,32 @@ def isdtype(dtype: Any, kind: Any) -> bool:
     return checks[kind](dtype)
 
 
+def issubdtype(arg1: Any, arg2: Any) -> bool:
+    """NumPy's dtype hierarchy test, with bfloat16 a floating type (as ``jax.numpy.issubdtype``).
+
+    >>> issubdtype('bfloat16', np.floating), issubdtype('int32', np.integer)
+    (True, True)
+    """
+    first = dtypes.canonicalize(arg1)
+    if first == dtypes.bfloat16:  # ml_dtypes' bfloat16 is not under np.floating in NumPy's own tree
+        first = dtypes.float16  # the nearest NumPy type in the hierarchy
+        if not (isinstance(arg2, type) and issubclass(arg2, np.generic)) and np.dtype(arg2) == dtypes.bfloat16:
+            return True
+    return bool(np.issubdtype(first, arg2))
+
+
+def from_dlpack(x: Any, /, *, device: str | None = None, copy: bool | None = None) -> Tensor:
+    """A Tensor from any DLPack exporter on the CPU (a NumPy array, a PyTorch tensor, ...): zero-copy
+    where the memory is C-contiguous (the Tensor then shares it: do not write to it afterwards).
+
+    >>> from_dlpack(np.arange(3)).tolist()
+    [0, 1, 2]
+    """
+    array = np.from_dlpack(x, copy=copy)
+    tensor = tensor_from_host(array)
+    return tensor if device is None else tensor.to(device)
+
+
 def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = True, device: str | None = None) -> Tensor:
     """Cast ``x`` to ``dtype`` (float -> int truncates toward zero and saturates)."""
     x = asarray(x)
@@ -229,6 +255,11 @@ def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Tensor:
 
 
 def broadcast_arrays(*args: ArrayLike) -> list[Tensor]:
+    """The arguments broadcast against each other to one shape (NumPy's broadcasting rules).
+
+    >>> [t.shape for t in broadcast_arrays(asarray([1, 2]), asarray([[0], [1], [2]]))]
+    [(3, 2), (3, 2)]
+    """
     tensors = [asarray(a) for a in args]
     shape = broadcast_shapes(*(t.shape for t in tensors))
     return [broadcast_to(t, shape) for t in tensors]

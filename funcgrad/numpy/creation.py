@@ -17,6 +17,7 @@ import numpy as np
 from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
+from funcgrad.ir.core import check_array_size
 from funcgrad.ir.tracing import current_builder
 from funcgrad.numpy.conversion import ArrayLike, _to_numpy_scalar, asarray, astype, broadcast_to, promote
 from funcgrad.numpy.elementwise import add, divide, floor, multiply, subtract, where
@@ -45,15 +46,22 @@ def full(shape: Shape, fill_value: ArrayLike, *, dtype: Any = None, device: str 
     >>> full((2,), 7).tolist()
     [7, 7]
     """
+    return _fill("full", shape, fill_value, dtype)
+
+
+def _fill(name: str, shape: Shape, fill_value: ArrayLike, dtype: Any) -> Tensor:
+    """``full`` under the name of the function the user called (for its errors)."""
     shape = _shape(shape)
     if isinstance(fill_value, (bool, int, float)) and not isinstance(fill_value, np.generic):
         target = dtypes.python_scalar_dtype(fill_value) if dtype is None else dtypes.canonicalize(dtype)
+        check_array_size(shape, target, name)
         out = broadcast_to(_to_numpy_scalar(fill_value, target), shape)
         out._weak = dtype is None and not isinstance(fill_value, bool)
         return out
     value = asarray(fill_value)
     if dtype is not None:
         value = astype(value, dtype)
+    check_array_size(shape, value.dtype, name)
     try:
         return broadcast_to(value, shape)
     except ValueError:
@@ -62,11 +70,21 @@ def full(shape: Shape, fill_value: ArrayLike, *, dtype: Any = None, device: str 
 
 
 def zeros(shape: Shape, *, dtype: Any = None, device: str | None = None) -> Tensor:
-    return full(shape, 0, dtype=dtypes.default_float if dtype is None else dtype)
+    """An array of ``shape`` filled with zeros (float32 unless ``dtype`` says otherwise).
+
+    >>> zeros((2, 3)).shape
+    (2, 3)
+    """
+    return _fill("zeros", shape, 0, dtypes.default_float if dtype is None else dtype)
 
 
 def ones(shape: Shape, *, dtype: Any = None, device: str | None = None) -> Tensor:
-    return full(shape, 1, dtype=dtypes.default_float if dtype is None else dtype)
+    """An array of ``shape`` filled with ones (float32 unless ``dtype`` says otherwise).
+
+    >>> ones(2, dtype='int32').tolist()
+    [1, 1]
+    """
+    return _fill("ones", shape, 1, dtypes.default_float if dtype is None else dtype)
 
 
 def empty(shape: Shape, *, dtype: Any = None, device: str | None = None) -> Tensor:
@@ -79,6 +97,7 @@ def empty(shape: Shape, *, dtype: Any = None, device: str | None = None) -> Tens
     """
     shape = _shape(shape)
     dtype = dtypes.default_float if dtype is None else dtypes.canonicalize(dtype)
+    check_array_size(shape, dtype, "empty")
     if current_builder() is not None:
         return zeros(shape, dtype=dtype)
     return Tensor(np.empty(shape, dtype))
@@ -86,15 +105,30 @@ def empty(shape: Shape, *, dtype: Any = None, device: str | None = None) -> Tens
 
 def full_like(x: ArrayLike, /, fill_value: bool | int | float, *, dtype: Any = None,
               device: str | None = None) -> Tensor:
+    """An array of ``x``'s shape (and dtype, unless ``dtype`` is given) filled with ``fill_value``.
+
+    >>> full_like(asarray([1, 2]), 7).tolist()
+    [7, 7]
+    """
     x = asarray(x)
     return full(x.shape, fill_value, dtype=x.dtype if dtype is None else dtype)
 
 
 def zeros_like(x: ArrayLike, /, *, dtype: Any = None, device: str | None = None) -> Tensor:
+    """Zeros of ``x``'s shape and dtype (or ``dtype``).
+
+    >>> zeros_like(asarray([1.5, 2.5])).tolist()
+    [0.0, 0.0]
+    """
     return full_like(x, 0, dtype=dtype)
 
 
 def ones_like(x: ArrayLike, /, *, dtype: Any = None, device: str | None = None) -> Tensor:
+    """Ones of ``x``'s shape and dtype (or ``dtype``).
+
+    >>> ones_like(asarray([1, 2]), dtype='float32').tolist()
+    [1.0, 1.0]
+    """
     return full_like(x, 1, dtype=dtype)
 
 
@@ -138,9 +172,16 @@ def arange(start: int | float, /, stop: int | float | None = None, step: int | f
     if dtype is None:
         dtype = dtypes.default_float if is_float else dtypes.default_int
     dtype = dtypes.canonicalize(dtype)
+    check_array_size((length,), dtype, "arange")
     if dtypes.is_int(dtype) or dtypes.is_bool(dtype):
         # integer results: count in int32 from the truncated start, as NumPy does for int dtypes
         counter = dtypes.default_int if dtypes.is_bool(dtype) else dtype
+        if length > 0:  # the counter and the last value must fit, or the iota wraps around silently
+            last = int(start) + (length - 1) * int(step)
+            info = np.iinfo(counter)
+            if not (info.min <= last <= info.max and length - 1 <= info.max):
+                raise OverflowError(f"arange: {length} values from {start} to {last} do not fit in {counter.name} "
+                                    f"(range {info.min}..{info.max}); pass dtype='int64'")
         out = bind(P.iota_p, dtype=counter, shape=(length,), dimension=0)
         if step != 1:
             out = out * _to_numpy_scalar(int(step), counter)
@@ -176,6 +217,7 @@ def linspace(start: float, stop: float, /, num: int, *, dtype: Any = None, devic
         endpoint_dtypes = [v.dtype for v in endpoints if isinstance(v, Tensor) and dtypes.is_float(v.dtype)]
         dtype = max(endpoint_dtypes, key=lambda d: d.itemsize) if endpoint_dtypes else dtypes.default_float
     dtype = dtypes.canonicalize(dtype)
+    check_array_size((num,), dtype, "linspace")
     work = dtype if dtypes.is_float(dtype) and dtype.itemsize >= 4 else dtypes.float32
     divisions = (num - 1 if endpoint else num) or 1
     counts = bind(P.iota_p, dtype=work, shape=(num,), dimension=0)
@@ -202,9 +244,11 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     """A 2-d array with ones on the ``k``-th diagonal. >>> eye(2).tolist()  # [[1.0, 0.0], [0.0, 1.0]]"""
     n_cols = n_rows if n_cols is None else n_cols
     shape = _shape((n_rows, n_cols))
-    rows = bind(P.iota_p, dtype=dtypes.int32, shape=shape, dimension=0)
-    cols = bind(P.iota_p, dtype=dtypes.int32, shape=shape, dimension=1)
-    on_diagonal = (cols - rows) == np.int32(k)
+    check_array_size(shape, dtypes.default_float if dtype is None else dtypes.canonicalize(dtype), "eye")
+    counter = dtypes.int32 if max(shape) + abs(k) < 2**31 else dtypes.int64  # row/column numbers must not wrap
+    rows = bind(P.iota_p, dtype=counter, shape=shape, dimension=0)
+    cols = bind(P.iota_p, dtype=counter, shape=shape, dimension=1)
+    on_diagonal = (cols - rows) == _to_numpy_scalar(k, counter)
     return on_diagonal.astype(dtypes.default_float if dtype is None else dtype)
 
 

@@ -98,6 +98,11 @@ def matrix_transpose(x: ArrayLike, /) -> Tensor:
 
 
 def swapaxes(x: ArrayLike, axis1: int, axis2: int) -> Tensor:
+    """``x`` with axes ``axis1`` and ``axis2`` exchanged.
+
+    >>> swapaxes(zeros((2, 3, 4)), 0, 2).shape
+    (4, 3, 2)
+    """
     x = asarray(x)
     a, b = normalize_axis(axis1, x.ndim), normalize_axis(axis2, x.ndim)
     perm = list(range(x.ndim))
@@ -106,6 +111,11 @@ def swapaxes(x: ArrayLike, axis1: int, axis2: int) -> Tensor:
 
 
 def moveaxis(x: ArrayLike, source: int | Sequence[int], destination: int | Sequence[int], /) -> Tensor:
+    """``x`` with the axes ``source`` moved to the positions ``destination``; the others keep their order.
+
+    >>> moveaxis(zeros((2, 3, 4)), 0, -1).shape
+    (3, 4, 2)
+    """
     x = asarray(x)
     src = normalize_axes(source, x.ndim)
     dst = normalize_axes(destination, x.ndim)
@@ -147,6 +157,11 @@ def squeeze(x: ArrayLike, /, axis: int | Sequence[int] | None = None) -> Tensor:
 
 
 def ravel(x: ArrayLike, /) -> Tensor:
+    """``x`` flattened to one axis, in C (row-major) order.
+
+    >>> ravel(asarray([[1, 2], [3, 4]])).tolist()
+    [1, 2, 3, 4]
+    """
     x = asarray(x)
     return reshape(x, (x.size,))
 

@@ -80,6 +80,12 @@ def sum(x: ArrayLike, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool
 
 
 def prod(x: ArrayLike, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+    """The product of the elements along ``axis`` (all axes when None), accumulated in ``dtype``
+    (small integers widen, as the Array API says).
+
+    >>> prod(asarray([1.0, 2.0, 3.0, 4.0])).item()
+    24.0
+    """
     x = asarray(x)
     return _reduce(P.reduce_prod_p, astype(x, _accumulation_dtype(x, dtype)), axis, keepdims)
 
@@ -99,6 +105,12 @@ def max(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor
 
 
 def min(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """The smallest element along ``axis`` (all axes when None); an empty axis raises (no identity).
+    Also ``amin``.
+
+    >>> min(asarray([[1.0, 5.0], [-2.0, 3.0]]), axis=0).tolist()
+    [-2.0, 3.0]
+    """
     x = asarray(x)
     _check_nonempty("min", x, axis)
     return _reduce(P.reduce_min_p, x, axis, keepdims)
@@ -117,6 +129,11 @@ def all(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor
 
 
 def any(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether any element along ``axis`` (all axes when None) is true (non-zero).
+
+    >>> any(asarray([[0, 1], [0, 0]]), axis=1).tolist()
+    [True, False]
+    """
     return _reduce(P.reduce_max_p, _as_bool(asarray(x)), axis, keepdims)
 
 
@@ -151,6 +168,12 @@ def var(x: ArrayLike, /, *, axis: Axis = None, correction: float = 0.0, keepdims
 
 def std(x: ArrayLike, /, *, axis: Axis = None, correction: float = 0.0, keepdims: bool = False,
         ddof: float | None = None) -> Tensor:
+    """The standard deviation along ``axis``: ``sqrt(var(x))``, dividing by ``N - correction``
+    (``ddof`` is NumPy's name for ``correction``).
+
+    >>> std(asarray([1.0, 3.0])).item()
+    1.0
+    """
     return sqrt(var(x, axis=axis, correction=correction, keepdims=keepdims, ddof=ddof))
 
 
@@ -173,6 +196,12 @@ def argmax(x: ArrayLike, /, *, axis: int | None = None, keepdims: bool = False) 
 
 
 def argmin(x: ArrayLike, /, *, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """The index of the smallest element along ``axis`` (of the flattened array when None); the first
+    one on ties, as NumPy.
+
+    >>> argmin(asarray([3.0, 1.0, 1.0])).item()
+    1
+    """
     return _arg_reduce(P.argmin_p, "argmin", x, axis, keepdims)
 
 

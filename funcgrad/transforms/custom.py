@@ -18,6 +18,7 @@ from typing import Any
 
 from funcgrad.core.tensor import Tensor, as_tensor, bind, evaluate
 from funcgrad.core.trace import trace_avals
+from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Eqn, ShapedArray
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
 from funcgrad.ir.primitives import convert_element_type_p, stop_gradient_p
@@ -169,7 +170,14 @@ class custom_vjp:  # noqa: N801
         res_trees: list[Any] = []
 
         def flat_fwd(arg_leaves: list[Any]) -> tuple[list[Any], list[Any]]:
-            out, residuals = fwd(*tree.unflatten(in_tree, arg_leaves))
+            result = fwd(*tree.unflatten(in_tree, arg_leaves))
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                raise TypeError(f"the custom_vjp fwd of {name} must return a pair (output, residuals), got "
+                                f"{_describe(result)}")
+            out, residuals = result
+            if tree.structure(out) != out_tree:
+                raise TypeError(f"the custom_vjp fwd of {name} returned an output of structure {tree.structure(out)}, "
+                                f"but {name} returns {out_tree}")
             res_leaves, res_tree = tree.flatten(residuals)
             res_trees[:] = [res_tree]
             return [as_tensor(o) for o in tree.leaves(out)], [as_tensor(r) for r in res_leaves]
@@ -188,11 +196,24 @@ class custom_vjp:  # noqa: N801
                 if c.shape != a.shape:
                     raise TypeError(f"the custom_vjp bwd of {name} returned a cotangent of shape {c.shape} for "
                                     f"an argument of shape {a.shape}")
+                if dtypes.is_float(a.dtype) and not dtypes.is_float(c.dtype):
+                    raise TypeError(f"the custom_vjp bwd of {name} returned a cotangent of dtype {c.dtype.name} for "
+                                    f"an argument of dtype {a.dtype.name}; return a floating-point cotangent "
+                                    f"(e.g. ct.astype('{a.dtype.name}'))")
             return [_cast(c, a.dtype) for c, a in zip(flat, in_avals)]
 
         outs = bind(custom_vjp_call_p, *ir.consts, *leaves, ir=open_ir(ir), fwd=_Named(flat_fwd, f"fwd_{name}"),
                     bwd=_Named(flat_bwd, f"bwd_{name}"), num_consts=len(ir.consts), name=name)
         return tree.unflatten(out_tree, list(outs))
+
+
+def _describe(value: Any) -> str:
+    """A short description of what a user's rule returned, for errors."""
+    if isinstance(value, Tensor):
+        return f"an array of shape {value.shape}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"
 
 
 def _custom_vjp_jvp(primals: list[Any], tangents: list[Any], *, ir: IR, fwd: Any, bwd: Any, num_consts: int,

@@ -23,26 +23,19 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from funcgrad.util.config import env_int
+
 Key = TypeVar("Key", bound=Hashable)
 Value = TypeVar("Value")
 
 
-def cache_size(variable: str, default: int) -> int:
+def cache_size(variable: str, default: int, unit: str = "cache entries") -> int:
     """The positive integer in the environment variable ``variable``, else ``default``.
 
     >>> cache_size("FUNCGRAD_PLAN_CACHE_SIZE", 1024)  # 1024 unless the variable is set
     1024
     """
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return default
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
-    if size < 1:
-        raise ValueError(f"{variable} must be a positive number of cache entries, got {text!r}")
-    return size
+    return env_int(variable, default, minimum=1, what=f"a whole number of {unit}")
 
 
 class LRUCache(Generic[Key, Value]):

@@ -46,8 +46,59 @@ def env_value(variable: str) -> str | None:
     return None if value is None else os.fsdecode(value)
 
 
+class EnvironmentVariableError(ValueError):
+    """An environment variable holds a value funcgrad cannot use; the message names the variable, its
+    value and what it takes. Raised where the value is read, never turned into another error."""
+
+
+def env_error(variable: str, text: str, expected: str, default: object) -> EnvironmentVariableError:
+    return EnvironmentVariableError(f"{variable}={text!r} (environment variable): expected {expected}; "
+                                    f"unset it for the default ({default})")
+
+
+def env_int(variable: str, default: int, minimum: int = 0, what: str = "an integer") -> int:
+    """The integer in ``variable`` (``default`` when unset or empty); below ``minimum`` or not a number raises
+    ``EnvironmentVariableError``.
+
+    >>> env_int("BEAM", 0)  # 0 unless BEAM is set
+    0
+    """
+    text = (env_value(variable) or "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise env_error(variable, text, f"{what} >= {minimum}", default)
+    return value
+
+
+def env_float(variable: str, default: float, what: str = "a number of seconds") -> float:
+    """The positive number in ``variable`` (``default`` when unset or empty), else ``EnvironmentVariableError``."""
+    text = (env_value(variable) or "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value:
+        raise env_error(variable, text, f"{what} > 0", default)
+    return value
+
+
+_FLAG_VALUES = {"": False, "0": False, "false": False, "no": False, "off": False,
+                "1": True, "true": True, "yes": True, "on": True}
+
+
 def _env_flag(variable: str) -> bool:
-    return (env_value(variable) or "").strip().lower() not in ("", "0", "false", "no", "off")
+    text = (env_value(variable) or "").strip()
+    value = _FLAG_VALUES.get(text.lower())
+    if value is None:
+        raise env_error(variable, text, "1 or 0 (or true/false, yes/no, on/off)", "off")
+    return value
 
 
 class Config:

@@ -3,12 +3,9 @@ tests and notebooks can change it at run time). What each level prints: docs/arc
 
 from __future__ import annotations
 
-from funcgrad.util.config import env_value
+from funcgrad.util.config import env_int
 
 
 def debug_level() -> int:
-    """``DEBUG`` as an int (0 when unset or not a number)."""
-    try:
-        return int(env_value("DEBUG") or 0)
-    except ValueError:
-        return 0
+    """``DEBUG`` as an int (0 when unset); a value that is not a level raises, naming the variable."""
+    return env_int("DEBUG", 0, what="a level 0..4 (an integer)")

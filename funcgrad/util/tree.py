@@ -273,6 +273,10 @@ class TreeDef:
     def __deepcopy__(self, memo: dict) -> TreeDef:
         return self
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # pickled by node type, data and children; loading finds the node type's rules in the registry
+        return _rebuild_treedef, (self.node_type, self.node_data, self._children)
+
     def __hash__(self) -> int:
         return self._hash
 
@@ -321,6 +325,16 @@ class TreeDef:
 
 
 _LEAF = TreeDef(None, None, None, ())
+
+
+def _rebuild_treedef(node_type: type | None, node_data: Any, children: tuple[TreeDef, ...]) -> TreeDef:
+    if node_type is None:
+        return _LEAF
+    kind = _kind_of(node_type)
+    if kind is None:
+        raise TypeError(f"cannot unpickle a PyTreeDef of {node_type.__qualname__}: the class is not registered as a "
+                        "pytree node in this process; import the module that registers it first")
+    return TreeDef(kind, node_type, node_data, children)
 
 
 # --- public functions ---

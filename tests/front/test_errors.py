@@ -189,6 +189,74 @@ def _step_after_eager_loss() -> Any:
     return loss.backward()
 
 
+def _custom_vjp_fwd_not_a_pair() -> Any:
+    f = fg.custom_vjp(lambda x: x * 2)
+    f.defvjp(lambda x: x * 2, lambda res, ct: (ct * 2,))
+    return fg.grad(lambda x: fnp.sum(f(x)))(ones(2))
+
+
+def _custom_vjp_int_cotangent() -> Any:
+    f = fg.custom_vjp(lambda x: x * 2)
+    f.defvjp(lambda x: (x * 2, None), lambda res, ct: (fnp.ones(2, dtype="int32"),))
+    return fg.grad(lambda x: fnp.sum(f(x)))(ones(2))
+
+
+def _pickle_jitted() -> Any:
+    import pickle
+    return pickle.dumps(fg.jit(fnp.sin))
+
+
+def _torch_zip_checkpoint() -> Any:
+    import zipfile
+    with zipfile.ZipFile("model.pt", "w") as archive:  # what torch.save writes: a zip of pickles
+        archive.writestr("model/data.pkl", b"\x80\x02}q\x00.")
+    return state.safe_load("model.pt")
+
+
+def _save_into_a_folder() -> Any:
+    os.mkdir("checkpoints")
+    return state.safe_save({"w": ones(2)}, "checkpoints")
+
+
+def _with_environment(variable: str, value: str, read: Callable[[], Any]) -> Callable[[], Any]:
+    def trigger() -> Any:
+        with mock.patch.dict(os.environ, {variable: value}):
+            return read()
+    return trigger
+
+
+def _pool_limit() -> Any:
+    from funcgrad.lower import pool
+    return pool._limit_bytes()
+
+
+def _compiler_client() -> Any:
+    from funcgrad.devices.cpu_compiler import WorkerClient
+    return WorkerClient()
+
+
+def _disk_cache() -> Any:
+    from funcgrad.devices.cpu_disk_cache import DiskCache
+    return DiskCache(".")
+
+
+def _compiler_mode() -> Any:
+    from funcgrad.devices.cpu_target import compiler_mode
+    return compiler_mode()
+
+
+def _beam_width() -> Any:
+    from funcgrad.lower.optimize import beam_width
+    return beam_width()
+
+
+def _debug_level() -> Any:
+    from funcgrad.util.debug import debug_level
+    return debug_level()
+
+
+ENV_DEFAULT = re.compile(r"; unset it for the default \(.*\)")
+
 CONCRETIZATION_ADVICE = (". Python control flow on traced values cannot be recorded: use fg.lax.cond / "
                          "fg.numpy.where for branches, or mark the argument static (jit's static_argnums / "
                          "static_argnames).")
@@ -238,6 +306,9 @@ ROWS: list[Row] = [
         E("hstack needs at least one array, got an array of shape ", SHAPE, " to unstack")),
     Row("E-shape-24", lambda: fnp.broadcast_to(ones(3), None), TypeError,
         E("broadcast_to: a shape must be an int or a sequence of ints, got ", ANY)),
+    Row("E-shape-25", lambda: fnp.ones(10**20), ValueError,
+        E(NAME, ": shape ", SHAPE, " of ", NAME, " holds ", NUM, " elements (", NUM, " bytes), more than the "
+          "9223372036854775807 bytes an array can address")),
     # --- indexing ------------------------------------------------------------------------------------------
     Row("E-index-1", lambda: ones(3)[5], IndexError,
         E("index ", NUM, " is out of bounds for axis ", NUM, " with size ", NUM)),
@@ -284,6 +355,9 @@ ROWS: list[Row] = [
     Row("E-dtype-12", lambda: fnp.exp(None), TypeError,
         E("cannot make an array from ", ANY, " (a ", NAME, "); arrays hold numbers (bool, int, float) or nested lists "
           "of them")),
+    Row("E-dtype-13", lambda: fnp.arange(10**12), OverflowError,
+        E("arange: ", NUM, " values from ", NUM, " to ", NUM, " do not fit in ", NAME, " (range ", NUM, "..", NUM,
+          "); pass dtype='int64'")),
     # --- axes ----------------------------------------------------------------------------------------------
     Row("E-axis-1", lambda: fnp.sum(ones(2, 3), axis=2), ValueError,
         E("axis ", NUM, " is out of bounds for an array of rank ", NUM)),
@@ -337,6 +411,16 @@ ROWS: list[Row] = [
     Row("E-tracer-14", lambda: fg.jit(lambda x, y: x, static_argnames="y")(ones(2), y=[1]), TypeError,
         E("jit(", NAME, "): static argument '", NAME, "' of type ", NAME, " is not hashable; pass a tuple instead "
           "of a list, or make it a traced argument")),
+    Row("E-tracer-15", lambda: fg.jit(lambda x, y: x, static_argnums=1)(ones(2), {"a": 1}), TypeError,
+        E("jit(", NAME, "): static argument 1 of type dict is not hashable; pass a tuple of (key, value) pairs or a "
+          "frozen dataclass instead, or make it a traced argument")),
+    Row("E-tracer-16", lambda: fg.jit(lambda x, y: x, static_argnums=1)(ones(2), np.ones(2)), TypeError,
+        E("jit(", NAME, "): static argument 1 of type ndarray is not hashable; arrays are traced arguments: remove it "
+          "from static_argnums/static_argnames (or pass a tuple of its values if it must be static)")),
+    Row("E-tracer-17", _pickle_jitted, TypeError,
+        E("cannot pickle jit(", NAME, "): a jitted function holds compiled kernels and caches that belong to this "
+          "process; pickle its arguments (parameters, optimizer state) and the plain function's module, then call "
+          "fg.jit(f) again after loading")),
     # --- transforms ----------------------------------------------------------------------------------------
     Row("E-transform-1", lambda: fg.grad(lambda x: x)(ones(3)), TypeError,
         E("grad requires a function returning a real scalar, got ", ANY, "; use jacrev or vjp for other outputs")),
@@ -392,6 +476,11 @@ ROWS: list[Row] = [
     Row("E-transform-24", _custom_vjp_wrong_shape, TypeError,
         E("the custom_vjp bwd of ", NAME, " returned a cotangent of shape ", SHAPE, " for an argument of shape ",
           SHAPE)),
+    Row("E-transform-25", _custom_vjp_fwd_not_a_pair, TypeError,
+        E("the custom_vjp fwd of ", NAME, " must return a pair (output, residuals), got an array of shape ", SHAPE)),
+    Row("E-transform-26", _custom_vjp_int_cotangent, TypeError,
+        E("the custom_vjp bwd of ", NAME, " returned a cotangent of dtype int32 for an argument of dtype float32; "
+          "return a floating-point cotangent (e.g. ct.astype('float32'))")),
     # --- control flow (funcgrad.lax) -------------------------------------------------------------------------
     Row("E-control-1", lambda: lax.cond(ones(2) > 0, lambda x: x, lambda x: -x, ones(2)), TypeError,
         E("cond: the predicate must be a scalar, got shape ", SHAPE, "; use fnp.where for elementwise selection")),
@@ -445,6 +534,9 @@ ROWS: list[Row] = [
         E("normal: shape must be an int or a tuple of ints, got ", ANY)),
     Row("E-random-10", lambda: fg.random.permutation(fg.random.key(0), 2.5), TypeError,
         E("permutation: x must be a non-negative int or an array, got ", ANY)),
+    Row("E-random-11", lambda: fg.random.normal(fg.random.key(0), (10**6, 10**6)), ValueError,
+        E("normal: shape ", SHAPE, " has ", NUM, " elements, more than the 2147483648 one draw can make (threefry's "
+          "counters are 32-bit); split the key and draw in parts")),
     # --- devices -------------------------------------------------------------------------------------------
     Row("E-device-1", lambda: Tensor.ones(2).to("TPU"), DeviceUnavailableError,
         E("device 'TPU' is not available: no such device (known: CPU, CL, CUDA, WEBGPU, REFERENCE); available "
@@ -466,6 +558,9 @@ ROWS: list[Row] = [
     Row("E-device-7", _webgpu_over_the_binding_limit, RuntimeError,
         E("kernel ", NAME, ": output 0 f32[512] needs a 2048-byte storage buffer, over the device's "
           "max_storage_buffer_binding_size of 1024 bytes")),
+    Row("E-device-8", lambda: Tensor.ones(2).to("CPU:1"), DeviceUnavailableError,
+        E("device 'CPU:1' is not available: funcgrad uses one device of each kind, index 0 ('CPU' or 'CPU:0'); got "
+          "index '1'")),
     # --- checkpoints (funcgrad.nn.state) ---------------------------------------------------------------------
     Row("E-checkpoint-1", lambda: state.safe_load("missing.safetensors"), FileNotFoundError,
         E("[Errno 2] No such file or directory: 'missing.safetensors'")),
@@ -515,6 +610,36 @@ ROWS: list[Row] = [
                                   "length field?)")),
     Row("E-checkpoint-16", _load_traced_state, state.StateDictError,
         E("state dict entry '", NAME, "' is a traced value; load concrete arrays outside jit/grad/vmap")),
+    Row("E-checkpoint-17", _save_into_a_folder, IsADirectoryError,
+        E("safe_save: 'checkpoints' is a folder; give a file name, e.g. 'checkpoints/model.safetensors'")),
+    Row("E-checkpoint-18", _torch_zip_checkpoint, state.SafetensorsError,
+        E("model.pt: this is a zip archive, as PyTorch's torch.save writes (a .pt/.pth checkpoint holding pickles), "
+          "not a safetensors file; convert it once: safe_save(torch.load('model.pt'), 'model.safetensors'), or pass "
+          "torch.load(path) to load_state_dict directly")),
+    Row("E-checkpoint-19", lambda: state.safe_load(write("legacy.pt", b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8")),
+        state.SafetensorsError,
+        E("legacy.pt: this is a Python pickle (PyTorch's legacy torch.save format?), not a safetensors file; funcgrad "
+          "does not unpickle files; convert it once: ", ANY)),
+    Row("E-checkpoint-20", lambda: state.load_state_dict(nn.Linear(2, 3), {"weight": [[0.0] * 2] * 3, "bias": ones(3)}),
+        state.StateDictError,
+        E("state dict entry 'weight' must be a Tensor, a NumPy array or a PyTorch tensor, got list")),
+    # --- environment variables -------------------------------------------------------------------------------
+    Row("E-env-1", _with_environment("BEAM", "abc", _beam_width), ValueError,
+        E("BEAM='abc' (environment variable): expected a beam width (an integer; 0: no search) >= 0", ENV_DEFAULT)),
+    Row("E-env-2", _with_environment("DEBUG", "abc", _debug_level), ValueError,
+        E("DEBUG='abc' (environment variable): expected a level 0..4 (an integer) >= 0", ENV_DEFAULT)),
+    Row("E-env-3", _with_environment("FUNCGRAD_POOL_MB", "-1", _pool_limit), ValueError,
+        E("FUNCGRAD_POOL_MB='-1' (environment variable): expected a number of megabytes (0: no pool) >= 0",
+          ENV_DEFAULT)),
+    Row("E-env-4", _with_environment("FUNCGRAD_COMPILER_TIMEOUT", "-5", _compiler_client), ValueError,
+        E("FUNCGRAD_COMPILER_TIMEOUT='-5' (environment variable): expected a number of seconds > 0", ENV_DEFAULT)),
+    Row("E-env-5", _with_environment("FUNCGRAD_DEBUG_NANS", "maybe", lambda: fg.config.debug_nans), ValueError,
+        E("FUNCGRAD_DEBUG_NANS='maybe' (environment variable): expected 1 or 0 (or true/false, yes/no, on/off)",
+          ENV_DEFAULT)),
+    Row("E-env-6", _with_environment("FUNCGRAD_CACHE_MAX_MB", "0", _disk_cache), ValueError,
+        E("FUNCGRAD_CACHE_MAX_MB='0' (environment variable): expected a whole number of megabytes >= 1", ENV_DEFAULT)),
+    Row("E-env-7", _with_environment("FUNCGRAD_COMPILER", "gcc", _compiler_mode), ValueError,
+        E("FUNCGRAD_COMPILER='gcc' (environment variable): expected 'worker' or 'inprocess'", ENV_DEFAULT)),
     # --- datasets ------------------------------------------------------------------------------------------
     Row("E-dataset-1", lambda: datasets.read_idx("missing.idx"), FileNotFoundError,
         E("[Errno 2] No such file or directory: 'missing.idx'")),

@@ -151,7 +151,7 @@ def test_load_state_dict_dtype_mismatch_changes_nothing():
 
 
 def test_load_state_dict_rejects_non_arrays():
-    with pytest.raises(StateDictError, match="'w' must be a Tensor or a NumPy array, got list"):
+    with pytest.raises(StateDictError, match="'w' must be a Tensor, a NumPy array or a PyTorch tensor, got list"):
         state.load_state_dict({"w": fg.Tensor([1.0])}, {"w": [1.0]})
 
 

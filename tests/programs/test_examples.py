@@ -6,6 +6,8 @@ import re
 import runpy
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -59,3 +61,13 @@ def test_beautiful_mnist_example_runs(capsys, monkeypatch):
     assert re.search(r"fashion_mnist: test accuracy [\d.]+% after 2 steps of batch 16", out), out
     assert namespace["train_step"].trace_count == 1
     assert namespace["correct_count"].trace_count == 1
+
+
+def test_the_demo_command_installs_what_the_examples_import():
+    """README's demo command installs the `examples` extra, which holds tqdm (beautiful_mnist's progress bar)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "tqdm" in extras["examples"] and "tqdm" in extras["testing"]
+    demo = "python3 -m pip install -e '.[examples]' && python3 examples/quickstart.py"
+    assert demo in (ROOT / "README.md").read_text()
+    assert "from tqdm import trange" in (ROOT / "examples" / "beautiful_mnist.py").read_text()

@@ -472,7 +472,9 @@ SKIPPED: dict[str, str] = {
     # class: types, not functions
     **dict.fromkeys(["Array", "Tensor", "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult"], "class"),
     # metadata: take or return dtypes, shapes or axes, not arrays
-    **dict.fromkeys(["finfo", "iinfo", "isdtype", "result_type", "broadcast_shapes"], "metadata"),
+    **dict.fromkeys(["finfo", "iinfo", "isdtype", "issubdtype", "result_type", "broadcast_shapes"], "metadata"),
+    # interchange: wraps another library's memory (tests/front/test_interchange.py), nothing to transform
+    "from_dlpack": "interchange",
     # creation: no array input to differentiate or batch (shapes and scalars are static)
     **dict.fromkeys(["arange", "empty", "eye", "identity", "ones", "zeros", "diag_indices", "tril_indices",
                      "triu_indices"], "creation"),
