@@ -248,6 +248,12 @@ class Jitted:
                         "belong to this process; pickle its arguments (parameters, optimizer state) and the plain "
                         "function's module, then call fg.jit(f) again after loading")
 
+    def __copy__(self) -> Jitted:  # as copy.copy/deepcopy of a plain function: the same function
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Jitted:
+        return self
+
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], Callable[..., Any]]:
         for n in self.static_argnums:
             if not -len(args) <= n < len(args):

@@ -251,3 +251,13 @@ def test_bad_environment_is_not_reported_as_a_missing_device() -> None:
     assert run.returncode == 1 and last.startswith(f"funcgrad.util.config.EnvironmentVariableError: {variable}="), \
         run.stderr
     assert "not available" not in run.stderr
+
+
+def test_copies_of_a_jitted_function_are_the_function_itself():
+    # copy.deepcopy of a Module or dict that holds a jitted function must work, as it does for a plain
+    # function (which deepcopy returns as is); only pickling is refused
+    f = fg.jit(lambda x: x * 2)
+    holder = {"step": f, "w": fnp.ones(3)}
+    clone = copy.deepcopy(holder)
+    assert clone["step"] is f and copy.copy(f) is f
+    np.testing.assert_array_equal(np.asarray(clone["step"](clone["w"])), np.full(3, 2.0, np.float32))
