@@ -18,7 +18,12 @@ from collections.abc import Callable, Iterator
 OPTIONS: dict[str, tuple[str, str]] = {
     "debug_nans": ("FUNCGRAD_DEBUG_NANS", "raise FloatingPointError at the first step that produces a NaN"),
     "debug_infs": ("FUNCGRAD_DEBUG_INFS", "raise FloatingPointError at the first step that produces an inf"),
+    "threefry_partitionable": ("FUNCGRAD_THREEFRY_PARTITIONABLE",
+                               "random bits in JAX's default layout: element i hashes counter (0, i), one hash "
+                               "per element (off: JAX's classic layout, counters split in halves); read when "
+                               "a sampler is traced"),
 }
+DEFAULTS: dict[str, bool] = {"threefry_partitionable": True}  # the value when neither update nor the variable sets it
 
 
 def _environment_getter() -> Callable[[bytes], bytes | None]:
@@ -46,8 +51,9 @@ def env_value(variable: str) -> str | None:
     return None if value is None else os.fsdecode(value)
 
 
-def _env_flag(variable: str) -> bool:
-    return (env_value(variable) or "").strip().lower() not in ("", "0", "false", "no", "off")
+def _env_flag(variable: str, default: bool = False) -> bool:
+    value = (env_value(variable) or "").strip().lower()
+    return default if not value else value not in ("0", "false", "no", "off")
 
 
 class Config:
@@ -67,7 +73,7 @@ class Config:
             raise AttributeError(name)
         name = self._check(name)
         value = self._set.get(name)
-        return _env_flag(OPTIONS[name][0]) if value is None else value
+        return _env_flag(OPTIONS[name][0], DEFAULTS.get(name, False)) if value is None else value
 
     def update(self, name: str, value: bool | None) -> None:
         """Set option ``name``; ``None`` goes back to its environment variable."""
