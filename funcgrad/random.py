@@ -684,7 +684,11 @@ _global_key = np.zeros(2, np.uint32)  # key(0)
 
 
 def _split_on_host(key_words: np.ndarray, num: int) -> np.ndarray:
-    """``split`` in NumPy, so the global key never enters a trace or a lazy graph."""
+    """``split`` in NumPy (either layout), so the global key never enters a trace or a lazy graph."""
+    if _partitionable():
+        first, second = P.threefry2x32_numpy(key_words[0], key_words[1], np.zeros(num, np.uint32),
+                                             np.arange(num, dtype=np.uint32))
+        return np.stack([first, second], axis=1)
     counters = np.arange(2 * num, dtype=np.uint32)
     first, second = P.threefry2x32_numpy(key_words[0], key_words[1], counters[:num], counters[num:])
     return np.concatenate([first, second]).reshape(num, 2)

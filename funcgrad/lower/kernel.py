@@ -111,6 +111,32 @@ class KExpr:
         return render_text(self)
 
 
+def _dag_equal(self: KExpr, other: object) -> bool:
+    """Structural equality that walks each pair of nodes once: expressions are DAGs (threefry's rounds
+    share every node), and attrs' generated ``__eq__`` compares two equal DAGs built apart (a kernel
+    looked up in the CPU's memory cache) once per path, exponentially many. Cached hashes reject
+    most unequal pairs at once."""
+    if self is other:
+        return True
+    if other.__class__ is not KExpr:
+        return NotImplemented
+    seen: set[tuple[int, int]] = set()
+    stack: list[tuple[KExpr, KExpr]] = [(self, other)]  # type: ignore[list-item]
+    while stack:
+        a, b = stack.pop()
+        if a is b or (id(a), id(b)) in seen:
+            continue
+        if hash(a) != hash(b) or a.op != b.op or a.dtype != b.dtype or len(a.args) != len(b.args) \
+                or _arg_key(a.arg) != _arg_key(b.arg):
+            return False
+        seen.add((id(a), id(b)))
+        stack.extend(zip(a.args, b.args))
+    return True
+
+
+KExpr.__eq__ = _dag_equal  # type: ignore[method-assign,assignment]
+
+
 # --- constructors with light simplification (mostly index arithmetic) --------------------------
 
 def const(value: Any, dtype: np.dtype) -> KExpr:
