@@ -5,13 +5,16 @@ sampler is a pure function of the key it is given, so the same key gives the sam
 and inside ``make_ir``, and a traced key works like any other traced array. New keys come from
 ``split`` and ``fold_in``; reusing a key reuses its randomness.
 
-Data flow: ``_hash_counters(key, n)`` hashes the counters 0..n-1 with the key through the
-``threefry2x32`` primitive (laid out as JAX's ``threefry_2x32``: the counters split in two halves
-that form the two words of each block); ``bits`` shapes those words into unsigned integers;
-``uniform`` turns them into floats with the mantissa trick; the other samplers transform uniforms
-(``normal`` by the inverse error function, ``gumbel`` and ``exponential`` by logarithms) or sort
-by random words (``permutation``). The constructions are JAX's classic (non-"partitionable")
-ones, so results are JAX's where the same words are drawn.
+Data flow: ``bits`` and ``split`` hash counters with the key through the ``threefry2x32``
+primitive, in one of JAX's two layouts (``fg.config.threefry_partitionable``, on by default as in
+JAX): ``_hash_shape(key, shape)`` hashes each element's flat index (the partitionable layout: one
+hash per element, 32 bits = the xor of its two words), ``_hash_counters(key, n)`` the counters
+0..n-1 split in two halves that form the two words of each block (the classic layout). ``uniform``
+turns bits into floats with the mantissa trick; the other samplers transform uniforms (``normal``
+by the inverse error function, ``gumbel`` and ``exponential`` by logarithms) or sort by random
+words (``permutation``). The constructions are JAX's, so results are jax.random's bit for bit
+under the same layout (tests/front/test_random_kernels.py). Under jit and eagerly alike the hash is
+kernel arithmetic fused with its consumer (``lower/schedule.py: _threefry``).
 
 The stateful convenience behind ``Tensor.rand``/``randn``/``manual_seed`` (``manual_seed``,
 ``next_key``, ``stateful``) keeps one global key on the host and splits it under a lock.

@@ -121,7 +121,7 @@ def _dag_equal(self: KExpr, other: object) -> bool:
     if other.__class__ is not KExpr:
         return NotImplemented
     seen: set[tuple[int, int]] = set()
-    stack: list[tuple[KExpr, KExpr]] = [(self, other)]  # type: ignore[list-item]
+    stack: list[tuple[KExpr, KExpr]] = [(self, other)]
     while stack:
         a, b = stack.pop()
         if a is b or (id(a), id(b)) in seen:
@@ -227,7 +227,8 @@ def rotate_left(x: KExpr, amount: int) -> KExpr:
     """``x`` rotated left by a constant ``amount`` (0 < amount < width): two shifts and an or, which
     LLVM (``fshl``), C compilers and shader compilers turn into one rotate where the target has it."""
     width = x.dtype.itemsize * 8
-    return alu("or", alu("shift_left", x, const(amount, x.dtype)), alu("shift_right", x, const(width - amount, x.dtype)))
+    left, right = alu("shift_left", x, const(amount, x.dtype)), alu("shift_right", x, const(width - amount, x.dtype))
+    return alu("or", left, right)
 
 
 def threefry2x32(k0: KExpr, k1: KExpr, x0: KExpr, x1: KExpr) -> tuple[KExpr, KExpr]:
