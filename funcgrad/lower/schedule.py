@@ -144,7 +144,7 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
             eqn = producer[current.id]
             if kind_of(eqn) not in ("elementwise", "movement"):
                 continue
-            if eqn.primitive.name in EXPENSIVE:
+            if eqn.primitive.name in EXPENSIVE or eqn.primitive is P.threefry2x32_p:  # ~130 integer ops
                 return True
             stack.extend(a for a in eqn.inputs if isinstance(a, Var))
         return False

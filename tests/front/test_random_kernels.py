@@ -61,6 +61,13 @@ def test_a_split_key_feeding_samples_stays_in_the_samplers_kernel():
     assert len(steps) == 1 and isinstance(steps[0], KernelStep)
 
 
+def test_random_product_operands_are_stored_not_rehashed_in_the_products_loop():
+    w = np.ones((32, 8), np.float32)
+    steps = steps_of(lambda k, w: fr.uniform(k, (16, 32)) @ w, KEY, w)
+    assert [s.kernel.name for s in steps] == ["E_16_32", "r_sum_16_8"]
+    assert [a.shape for a in steps[1].kernel.in_avals] == [(16, 32), (32, 8)]
+
+
 def test_eager_rand_randn_and_samplers_realize_as_one_kernel_each():
     from funcgrad.lazy import graph_to_ir
     fg.Tensor.manual_seed(0)
