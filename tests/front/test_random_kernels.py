@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
 import funcgrad.random as fr
 from funcgrad.devices import get_device
+from funcgrad.ir import primitives as P
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.lower.plan import Plan
 from funcgrad.lower.schedule import HostStep, KernelStep, schedule
@@ -99,6 +102,21 @@ def test_compiled_samplers_match_the_reference_on_each_device(device_name):
     np.testing.assert_array_max_ulp(np.asarray(out[0]), ref[0], maxulp=1)
     np.testing.assert_array_equal(np.asarray(out[1]), ref[1])
     np.testing.assert_array_max_ulp(np.asarray(out[2]), ref[2], maxulp=1)
+
+
+_CPU_BITS = fg.jit(lambda k: (fr.bits(k, (5, 7)), fr.split(k, 3)))
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
+def test_compiled_hash_equals_numpy_threefry_for_any_key(k0, k1):
+    """The CPU kernel (one compiled plan: the key is an input) against the NumPy Threefry of the same
+    counters, for keys hypothesis picks (all-ones and zero words included)."""
+    key = np.array([k0, k1], np.uint32)
+    bits, keys = (np.asarray(a) for a in _CPU_BITS(key))
+    first, second = P.threefry2x32_numpy(key[0], key[1], np.zeros(35, np.uint32), np.arange(35, dtype=np.uint32))
+    np.testing.assert_array_equal(bits, (first ^ second).reshape(5, 7))
+    np.testing.assert_array_equal(keys, np.stack([first[:3], second[:3]], axis=1))
 
 
 # --- bit for bit against jax.random ------------------------------------------------------------------
