@@ -1242,6 +1242,84 @@ WORKLOADS: list[Workload] = [
 ]
 
 
+
+# --- random numbers (issue 18: threefry as kernels) ------------------------------------------------------
+# One row per sampler and size, each a fresh key's samples; the frameworks' generators differ (torch's
+# is not threefry), so a row checks its samples' moments, not their values (tests/front/test_random*.py
+# check funcgrad's bits against jax.random's).
+
+RANDOM_SIZES = {"full": (1 << 20, 1 << 22), "quick": (1 << 10, 1 << 12)}
+RANDOM_P = 0.3  # bernoulli's probability
+
+
+def _random_size(sizes: Sizes, index: int) -> int:
+    return RANDOM_SIZES["quick" if sizes == QUICK else "full"][index]
+
+
+def _random_moments(kind: str, actual: Any, expected: Any) -> tuple[bool, float]:
+    """Mean and variance within 6 standard errors of the distribution's; the error is the mean's."""
+    x = np.asarray(actual, dtype=np.float64).ravel()
+    mean, var = {"normal": (0.0, 1.0), "uniform": (0.5, 1 / 12),
+                 "bernoulli": (RANDOM_P, RANDOM_P * (1 - RANDOM_P))}[kind]
+    error = abs(x.mean() - mean)
+    fourth = {"normal": 3.0, "uniform": 1 / 80, "bernoulli": var * (1 - 3 * var)}[kind]  # central 4th moments
+    ok = error <= 6 * np.sqrt(var / x.size) and abs(x.var() - var) <= 6 * np.sqrt((fourth - var**2) / x.size) + 1e-12
+    return bool(ok and x.size == expected), float(error)
+
+
+def _random_prepare(kind: str, index: int) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    def funcgrad_random(inputs: dict[str, Any]) -> Callable[[], Any]:
+        import funcgrad as fg
+        import funcgrad.random as fr
+        n = inputs["n"]
+        draw = {"normal": lambda k: fr.normal(k, (n,)), "uniform": lambda k: fr.uniform(k, (n,)),
+                "bernoulli": lambda k: fr.bernoulli(k, RANDOM_P, (n,))}[kind]
+        run, key = fg.jit(draw), fr.key(inputs["seed"])
+        return lambda: run(key).realize()
+
+    def jax_random(inputs: dict[str, Any]) -> Callable[[], Any]:
+        import jax
+        n = inputs["n"]
+        draw = {"normal": lambda k: jax.random.normal(k, (n,)), "uniform": lambda k: jax.random.uniform(k, (n,)),
+                "bernoulli": lambda k: jax.random.bernoulli(k, RANDOM_P, (n,))}[kind]
+        run, key = jax.jit(draw), jax.random.PRNGKey(inputs["seed"])
+        return lambda: run(key).block_until_ready()
+
+    def torch_random(inputs: dict[str, Any]) -> Callable[[], Any]:
+        import torch
+        n = inputs["n"]
+        generator = torch.Generator().manual_seed(inputs["seed"])
+        draw = {"normal": lambda: torch.randn(n, generator=generator),
+                "uniform": lambda: torch.rand(n, generator=generator),
+                "bernoulli": lambda: torch.rand(n, generator=generator) < RANDOM_P}[kind]
+        return draw
+
+    def numpy_random(inputs: dict[str, Any]) -> Callable[[], Any]:
+        rng, n = np.random.default_rng(inputs["seed"]), inputs["n"]
+        return {"normal": lambda: rng.standard_normal(n, dtype=np.float32),
+                "uniform": lambda: rng.random(n, dtype=np.float32),
+                "bernoulli": lambda: rng.random(n, dtype=np.float32) < RANDOM_P}[kind]
+
+    return {"funcgrad": funcgrad_random, "numpy": numpy_random, "jax": jax_random, "torch": torch_random}
+
+
+def random_workloads() -> list[Workload]:
+    rows = []
+    for kind in ("normal", "uniform", "bernoulli"):
+        for index, label in enumerate(("1M", "4M")):
+            rows.append(Workload(
+                f"random_{kind}_{label}", lambda s, i=index, k=kind: f"{_random_size(s, i)} float32 {k}"
+                + (f" p={RANDOM_P}" if k == "bernoulli" else ""),
+                lambda s, i=index: {"n": _random_size(s, i), "seed": 0}, lambda inputs: inputs["n"],
+                _random_prepare(kind, index), compare=partial(_random_moments, kind), target=Target("jax", 1.0),
+                notes={"funcgrad": "fg.jit(fg.random.*)", "jax": "jax.jit(jax.random.*)",
+                       "torch": "eager torch.randn/rand (torch.compile not tried: its generator is eager)",
+                       "numpy": "Generator (PCG64)", "tinygrad": "not measured"}))
+    return rows
+
+
+WORKLOADS += random_workloads()
+
 # --- running --------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass

@@ -102,7 +102,7 @@ def _settings_quiet() -> bool:
     as the full path does; a value other than unset, empty or 0 takes the full path, which parses it)."""
     get = environment_get
     return (get(b"DEBUG") in _UNSET and get(b"FUNCGRAD_DEBUG_NANS") in _UNSET and get(b"FUNCGRAD_DEBUG_INFS") in _UNSET
-            and True not in _config.config._set.values())
+            and True not in (_config.config._set.get("debug_nans"), _config.config._set.get("debug_infs")))
 
 
 FULL_PATH: Any = object()  # what a FastCall returns for a call it does not handle (None is a result)

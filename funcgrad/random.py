@@ -5,13 +5,16 @@ sampler is a pure function of the key it is given, so the same key gives the sam
 and inside ``make_ir``, and a traced key works like any other traced array. New keys come from
 ``split`` and ``fold_in``; reusing a key reuses its randomness.
 
-Data flow: ``_hash_counters(key, n)`` hashes the counters 0..n-1 with the key through the
-``threefry2x32`` primitive (laid out as JAX's ``threefry_2x32``: the counters split in two halves
-that form the two words of each block); ``bits`` shapes those words into unsigned integers;
-``uniform`` turns them into floats with the mantissa trick; the other samplers transform uniforms
-(``normal`` by the inverse error function, ``gumbel`` and ``exponential`` by logarithms) or sort
-by random words (``permutation``). The constructions are JAX's classic (non-"partitionable")
-ones, so results are JAX's where the same words are drawn.
+Data flow: ``bits`` and ``split`` hash counters with the key through the ``threefry2x32``
+primitive, in one of JAX's two layouts (``fg.config.threefry_partitionable``, on by default as in
+JAX): ``_hash_shape(key, shape)`` hashes each element's flat index (the partitionable layout: one
+hash per element, 32 bits = the xor of its two words), ``_hash_counters(key, n)`` the counters
+0..n-1 split in two halves that form the two words of each block (the classic layout). ``uniform``
+turns bits into floats with the mantissa trick; the other samplers transform uniforms (``normal``
+by the inverse error function, ``gumbel`` and ``exponential`` by logarithms) or sort by random
+words (``permutation``). The constructions are JAX's, so results are jax.random's bit for bit
+under the same layout (tests/front/test_random_kernels.py). Under jit and eagerly alike the hash is
+kernel arithmetic fused with its consumer (``lower/schedule.py: _threefry``).
 
 The stateful convenience behind ``Tensor.rand``/``randn``/``manual_seed`` (``manual_seed``,
 ``next_key``, ``stateful``) keeps one global key on the host and splits it under a lock.
@@ -37,6 +40,7 @@ from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy.conversion import normalize_axis
+from funcgrad.util.config import config
 
 __all__ = ["PRNGKey", "bernoulli", "bits", "categorical", "choice", "erfinv", "exponential", "fold_in",
            "gumbel", "key", "laplace", "manual_seed", "next_key", "normal", "permutation", "randint",
@@ -172,6 +176,37 @@ def _hash_counters(key: Tensor, count: int) -> Tensor:
     return _take_last(words, 0, count) if 2 * half != count else words
 
 
+def _partitionable() -> bool:
+    return bool(config.threefry_partitionable)
+
+
+def _hash_shape(key: Tensor, shape: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """JAX's partitionable layout: threefry2x32 under ``key`` (shape (..., 2)) of each element's flat
+    index in ``shape`` as the counter (high word, low word) -> two uint32 arrays of shape (...,) + shape.
+    One hash per element, computed where it is used (the counters are an iota of the kernel's index)."""
+    batch = key.shape[:-1]
+    size = math.prod(shape)
+    if size > 2**32:
+        wide = bind(P.iota_p, dtype=dtypes.uint64, shape=(size,), dimension=0)
+        high: Any = fnp.astype(bind(P.shift_right_p, wide, np.uint64(32)), dtypes.uint32)
+        low = fnp.astype(wide, dtypes.uint32)
+        high, low = (bind(P.reshape_p, w, new_sizes=shape) for w in (high, low))
+    else:
+        high = np.uint32(0)
+        low = _iota(size) if len(shape) == 1 else bind(P.reshape_p, _iota(size), new_sizes=shape)
+    k0, k1 = _key_words(key)
+    if batch:
+        full = batch + shape
+        k0, k1 = (bind(P.broadcast_in_dim_p, k, shape=full, broadcast_dimensions=tuple(range(len(batch))))
+                  for k in (k0, k1))
+        low = bind(P.broadcast_in_dim_p, low, shape=full, broadcast_dimensions=tuple(range(len(batch), len(full))))
+        if isinstance(high, Tensor):
+            high = bind(P.broadcast_in_dim_p, high, shape=full,
+                        broadcast_dimensions=tuple(range(len(batch), len(full))))
+    first, second = bind(P.threefry2x32_p, k0, k1, high, low)
+    return first, second
+
+
 def key(seed: int | ArrayLike) -> Tensor:
     """A PRNG key (uint32 array of shape (2,)) from an integer seed: its high and low 32 bits.
 
@@ -213,6 +248,8 @@ def split(key: ArrayLike, num: Shape = 2) -> Tensor:
     """
     key = _check_key(key, "split", batched=True)
     shape = _shape(num, "split")
+    if _partitionable():  # JAX's "foldlike" split: key i is the pair of words hashed from counter i
+        return _stack_words(*_hash_shape(key, shape))
     words = _hash_counters(key, 2 * math.prod(shape))
     return bind(P.reshape_p, words, new_sizes=key.shape[:-1] + shape + (2,))
 
@@ -257,6 +294,13 @@ def bits(key: ArrayLike, shape: Shape = (), dtype: Any = dtypes.uint32) -> Tenso
         raise TypeError(f"bits: dtype must be one of uint8, uint16, uint32, uint64, got {dtype.name}")
     size = math.prod(shape)
     width = dtype.itemsize * 8
+    if _partitionable():  # one hash per element: 64 bits are its two words, fewer their xor (truncated)
+        first, second = _hash_shape(key, shape)
+        if width == 64:
+            high, low = (fnp.astype(w, dtype) for w in (first, second))
+            return bind(P.or_p, bind(P.shift_left_p, high, np.uint64(32)), low)
+        mixed = bind(P.xor_p, first, second)
+        return mixed if width == 32 else fnp.astype(mixed, dtype)
     if width == 64:
         words = _hash_counters(key, 2 * size)
         high, low = (fnp.astype(_take_last(words, i * size, (i + 1) * size), dtype) for i in range(2))
@@ -651,7 +695,11 @@ _global_key = np.zeros(2, np.uint32)  # key(0)
 
 
 def _split_on_host(key_words: np.ndarray, num: int) -> np.ndarray:
-    """``split`` in NumPy, so the global key never enters a trace or a lazy graph."""
+    """``split`` in NumPy (either layout), so the global key never enters a trace or a lazy graph."""
+    if _partitionable():
+        first, second = P.threefry2x32_numpy(key_words[0], key_words[1], np.zeros(num, np.uint32),
+                                             np.arange(num, dtype=np.uint32))
+        return np.stack([first, second], axis=1)
     counters = np.arange(2 * num, dtype=np.uint32)
     first, second = P.threefry2x32_numpy(key_words[0], key_words[1], counters[:num], counters[num:])
     return np.concatenate([first, second]).reshape(num, 2)

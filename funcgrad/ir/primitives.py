@@ -859,7 +859,8 @@ sort_p = Primitive("sort", _sort_rule, _sort_impl, multiple_results=True)
 
 # --- random bits -------------------------------------------------------------------------------
 
-_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))  # per round, alternating blocks of four
+THREEFRY_PARITY = 0x1BD11BDA  # the third key word is k0 ^ k1 ^ this
 
 
 def _rotate_left(x: np.ndarray, r: int) -> np.ndarray:
@@ -870,11 +871,11 @@ def threefry2x32_numpy(k0: np.ndarray, k1: np.ndarray,
                        x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Threefry-2x32 with 20 rounds (Salmon et al., 2011), the counter-based hash behind JAX's keys."""
     k0, k1, x0, x1 = (np.asarray(v, np.uint32) for v in (k0, k1, x0, x1))
-    keys = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
+    keys = (k0, k1, k0 ^ k1 ^ np.uint32(THREEFRY_PARITY))
     with np.errstate(over="ignore"):
         x0, x1 = x0 + keys[0], x1 + keys[1]
         for block in range(5):
-            for r in _THREEFRY_ROTATIONS[block % 2]:
+            for r in THREEFRY_ROTATIONS[block % 2]:
                 x0 = x0 + x1
                 x1 = _rotate_left(x1, r) ^ x0
             x0 = x0 + keys[(block + 1) % 3]

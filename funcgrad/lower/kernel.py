@@ -23,7 +23,7 @@ import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import ShapedArray
-from funcgrad.ir.primitives import kernel_ops
+from funcgrad.ir.primitives import THREEFRY_PARITY, THREEFRY_ROTATIONS, kernel_ops
 
 INDEX = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
@@ -111,6 +111,32 @@ class KExpr:
         return render_text(self)
 
 
+def _dag_equal(self: KExpr, other: object) -> bool:
+    """Structural equality that walks each pair of nodes once: expressions are DAGs (threefry's rounds
+    share every node), and attrs' generated ``__eq__`` compares two equal DAGs built apart (a kernel
+    looked up in the CPU's memory cache) once per path, exponentially many. Cached hashes reject
+    most unequal pairs at once."""
+    if self is other:
+        return True
+    if other.__class__ is not KExpr:
+        return NotImplemented
+    seen: set[tuple[int, int]] = set()
+    stack: list[tuple[KExpr, KExpr]] = [(self, other)]
+    while stack:
+        a, b = stack.pop()
+        if a is b or (id(a), id(b)) in seen:
+            continue
+        if hash(a) != hash(b) or a.op != b.op or a.dtype != b.dtype or len(a.args) != len(b.args) \
+                or _arg_key(a.arg) != _arg_key(b.arg):
+            return False
+        seen.add((id(a), id(b)))
+        stack.extend(zip(a.args, b.args))
+    return True
+
+
+KExpr.__eq__ = _dag_equal  # type: ignore[method-assign,assignment]
+
+
 # --- constructors with light simplification (mostly index arithmetic) --------------------------
 
 def const(value: Any, dtype: np.dtype) -> KExpr:
@@ -195,6 +221,31 @@ def cast(x: KExpr, dtype: np.dtype) -> KExpr:
 
 def bitcast(x: KExpr, dtype: np.dtype) -> KExpr:
     return KExpr("bitcast", np.dtype(dtype), (x,))
+
+
+def rotate_left(x: KExpr, amount: int) -> KExpr:
+    """``x`` rotated left by a constant ``amount`` (0 < amount < width): two shifts and an or, which
+    LLVM (``fshl``), C compilers and shader compilers turn into one rotate where the target has it."""
+    width = x.dtype.itemsize * 8
+    left, right = alu("shift_left", x, const(amount, x.dtype)), alu("shift_right", x, const(width - amount, x.dtype))
+    return alu("or", left, right)
+
+
+def threefry2x32(k0: KExpr, k1: KExpr, x0: KExpr, x1: KExpr) -> tuple[KExpr, KExpr]:
+    """The two uint32 words of Threefry-2x32 (20 rounds) of counter (x0, x1) under key (k0, k1), as
+    kernel expressions of uint32 add, xor and rotate-left: the same arithmetic as the primitive's
+    NumPy reference (``ir/primitives.py: threefry2x32_numpy``), so it fuses with what feeds and reads it.
+    The result shares nodes heavily (a DAG of ~130 nodes); renderers and passes walk it by node."""
+    u32 = np.dtype(np.uint32)
+    keys = (k0, k1, alu("xor", alu("xor", k0, k1), const(THREEFRY_PARITY, u32)))
+    x0, x1 = alu("add", x0, keys[0]), alu("add", x1, keys[1])
+    for block in range(5):
+        for r in THREEFRY_ROTATIONS[block % 2]:
+            x0 = alu("add", x0, x1)
+            x1 = alu("xor", rotate_left(x1, r), x0)
+        x0 = alu("add", x0, keys[(block + 1) % 3])
+        x1 = alu("add", alu("add", x1, keys[(block + 2) % 3]), const(block + 1, u32))
+    return x0, x1
 
 
 def flat_index(indices: Sequence[KExpr], shape: Sequence[int]) -> KExpr:

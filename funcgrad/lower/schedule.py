@@ -39,7 +39,7 @@ from funcgrad.lower import kernel as K
 from funcgrad.lower.conv import lower_convolutions
 
 ELEMENTWISE = {p.name for p in P.REGISTRY.values() if p.kernel_op is not None} | {
-    "select", "convert_element_type", "bitcast_convert_type", "stop_gradient", "iota"}
+    "select", "convert_element_type", "bitcast_convert_type", "stop_gradient", "iota", "threefry2x32"}
 MOVEMENT = {"reshape", "broadcast_in_dim", "transpose", "slice", "pad", "flip", "concatenate"}
 MAX_FUSED_SIZE = 160  # equations inlined into one kernel at most; bigger graphs are cut into several
 EXPENSIVE = {p.name for p in P.with_cost("divide", "transcendental", "transcendental_no_row_reuse")}
@@ -178,7 +178,7 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
             eqn = producer[current.id]
             if kind_of(eqn) not in ("elementwise", "movement"):
                 continue
-            if eqn.primitive.name in EXPENSIVE:
+            if eqn.primitive.name in EXPENSIVE or eqn.primitive is P.threefry2x32_p:  # ~130 integer ops
                 return True
             stack.extend(a for a in eqn.inputs if isinstance(a, Var))
         return False
@@ -324,7 +324,11 @@ class _KernelBuilder:
         key = (atom.id, tuple(idx))
         if key not in self.memo:
             eqn = self.producer[atom.id]
-            self.memo[key] = LOWERINGS[eqn.primitive.name](self, eqn, list(idx))
+            if eqn.primitive is P.threefry2x32_p:  # two results from one hash: both memoised, shared
+                for out, word in zip(eqn.outputs, _threefry(self, eqn, list(idx))):
+                    self.memo[(out.id, key[1])] = word
+            else:
+                self.memo[key] = LOWERINGS[eqn.primitive.name](self, eqn, list(idx))
         return self.memo[key]
 
 
@@ -362,6 +366,12 @@ def _elementwise(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
     result = K.alu(op, *compute)
     target = out_dtype if op not in K.COMPARISONS else dtypes.bool_
     return K.cast(result, target)
+
+
+def _threefry(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> tuple[K.KExpr, K.KExpr]:
+    """Both words of ``threefry2x32`` at ``idx``: the random bits are computed where they are used."""
+    k0, k1, x0, x1 = (_operand(b, eqn, i, idx) for i in range(4))
+    return K.threefry2x32(k0, k1, x0, x1)
 
 
 def _reshape(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:

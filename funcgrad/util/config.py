@@ -18,7 +18,12 @@ from collections.abc import Callable, Iterator
 OPTIONS: dict[str, tuple[str, str]] = {
     "debug_nans": ("FUNCGRAD_DEBUG_NANS", "raise FloatingPointError at the first step that produces a NaN"),
     "debug_infs": ("FUNCGRAD_DEBUG_INFS", "raise FloatingPointError at the first step that produces an inf"),
+    "threefry_partitionable": ("FUNCGRAD_THREEFRY_PARTITIONABLE",
+                               "random bits in JAX's default layout: element i hashes counter (0, i), one hash "
+                               "per element (off: JAX's classic layout, counters split in halves); read when "
+                               "a sampler is traced"),
 }
+DEFAULTS: dict[str, bool] = {"threefry_partitionable": True}  # the value when neither update nor the variable sets it
 
 
 def _environment_getter() -> Callable[[bytes], bytes | None]:
@@ -93,11 +98,13 @@ _FLAG_VALUES = {"": False, "0": False, "false": False, "no": False, "off": False
                 "1": True, "true": True, "yes": True, "on": True}
 
 
-def _env_flag(variable: str) -> bool:
+def _env_flag(variable: str, default: bool = False) -> bool:
     text = (env_value(variable) or "").strip()
+    if not text:
+        return default
     value = _FLAG_VALUES.get(text.lower())
     if value is None:
-        raise env_error(variable, text, "1 or 0 (or true/false, yes/no, on/off)", "off")
+        raise env_error(variable, text, "1 or 0 (or true/false, yes/no, on/off)", "on" if default else "off")
     return value
 
 
@@ -118,7 +125,7 @@ class Config:
             raise AttributeError(name)
         name = self._check(name)
         value = self._set.get(name)
-        return _env_flag(OPTIONS[name][0]) if value is None else value
+        return _env_flag(OPTIONS[name][0], DEFAULTS.get(name, False)) if value is None else value
 
     def update(self, name: str, value: bool | None) -> None:
         """Set option ``name``; ``None`` goes back to its environment variable."""

@@ -335,7 +335,7 @@ def test_buffers_over_the_binding_limit_are_refused(device: webgpu.WebGPUDevice,
 
 def test_kernels_with_more_arrays_than_bindings_pack_them_by_dtype(device: webgpu.WebGPUDevice,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    # threefry and other wide fusions read ~40 arrays; the device has 32 bindings
+    # a wide fusion can read ~40 arrays; the device has 32 bindings
     kinds = [dtypes.float32, dtypes.int32, dtypes.uint8, dtypes.bool_] * 10
     loads = [load(i, g(), dt) for i, dt in enumerate(kinds)]
     total = loads[0]

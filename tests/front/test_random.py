@@ -85,12 +85,26 @@ def test_key_rejects_bad_seeds():
 
 def test_split_and_samples_match_jax_with_classic_threefry():
     # values printed by jax.random (jax_threefry_partitionable=False, JAX's default before 0.5)
+    with fg.config.override(threefry_partitionable=False):
+        np.testing.assert_array_equal(fr.split(fr.key(0)).numpy(),
+                                      [[4146024105, 967050713], [2718843009, 1272950319]])
+        np.testing.assert_allclose(fr.uniform(fr.key(0)).item(), 0.41845703, rtol=1e-7)
+        np.testing.assert_allclose(fr.normal(fr.key(0)).item(), -0.20584226, rtol=1e-6)
+        expected = [-0.3721109, 0.26423115, -0.18252768, -0.7368197, -0.44030377, -0.1521442,
+                    -0.67135346, -0.5908641, 0.73168886, 0.5673026]
+        np.testing.assert_allclose(fr.normal(fr.key(0), (10,)).numpy(), expected, rtol=2e-6, atol=1e-7)
+
+
+def test_split_and_samples_match_jax_with_its_default_partitionable_threefry():
+    # values printed by jax.random 0.10.2 with its default config (jax_threefry_partitionable=True)
+    assert fg.config.threefry_partitionable
     np.testing.assert_array_equal(fr.split(fr.key(0)).numpy(),
-                                  [[4146024105, 967050713], [2718843009, 1272950319]])
-    np.testing.assert_allclose(fr.uniform(fr.key(0)).item(), 0.41845703, rtol=1e-7)
-    np.testing.assert_allclose(fr.normal(fr.key(0)).item(), -0.20584226, rtol=1e-6)
-    expected = [-0.3721109, 0.26423115, -0.18252768, -0.7368197, -0.44030377, -0.1521442,
-                -0.67135346, -0.5908641, 0.73168886, 0.5673026]
+                                  [[1797259609, 2579123966], [928981903, 3453687069]])
+    np.testing.assert_allclose(fr.uniform(fr.key(0)).item(), 0.9476670026779175, rtol=1e-7)
+    np.testing.assert_allclose(fr.normal(fr.key(0)).item(), 1.622642159461975, rtol=1e-6)
+    expected = [1.622642159461975, 2.0252647399902344, -0.4335944354534149, -0.07861734926700592,
+                0.17609089612960815, -0.9720892310142517, -0.49529874324798584, 0.49437859654426575,
+                0.6643493175506592, -0.9501634836196899]
     np.testing.assert_allclose(fr.normal(fr.key(0), (10,)).numpy(), expected, rtol=2e-6, atol=1e-7)
 
 
@@ -167,13 +181,25 @@ def test_shape_may_be_an_int_or_a_tuple_and_is_checked():
 # --- bits --------------------------------------------------------------------------------------
 
 
-def test_bits_narrow_and_wide_dtypes_repack_the_32_bit_words():
-    words = fr.bits(KEY, (6,)).numpy()
-    assert words.dtype == np.uint32
-    np.testing.assert_array_equal(fr.bits(KEY, (24,), "uint8").numpy(), words.view(np.uint8))
-    np.testing.assert_array_equal(fr.bits(KEY, (12,), "uint16").numpy(), words.view(np.uint16))
-    wide = fr.bits(KEY, (3,), "uint64").numpy()
-    np.testing.assert_array_equal(wide, (words[:3].astype(np.uint64) << 32) | words[3:])
+def test_bits_narrow_and_wide_dtypes_repack_the_32_bit_words_in_the_classic_layout():
+    with fg.config.override(threefry_partitionable=False):
+        words = fr.bits(KEY, (6,)).numpy()
+        assert words.dtype == np.uint32
+        np.testing.assert_array_equal(fr.bits(KEY, (24,), "uint8").numpy(), words.view(np.uint8))
+        np.testing.assert_array_equal(fr.bits(KEY, (12,), "uint16").numpy(), words.view(np.uint16))
+        wide = fr.bits(KEY, (3,), "uint64").numpy()
+        np.testing.assert_array_equal(wide, (words[:3].astype(np.uint64) << 32) | words[3:])
+
+
+def test_bits_hash_each_elements_flat_index_in_the_partitionable_layout():
+    k0, k1 = KEY.numpy()
+    first, second = P.threefry2x32_numpy(k0, k1, np.zeros(12, np.uint32), np.arange(12, dtype=np.uint32))
+    np.testing.assert_array_equal(fr.bits(KEY, (3, 4)).numpy(), (first ^ second).reshape(3, 4))
+    np.testing.assert_array_equal(fr.bits(KEY, (12,), "uint8").numpy(), (first ^ second).astype(np.uint8))
+    np.testing.assert_array_equal(fr.bits(KEY, (12,), "uint16").numpy(), (first ^ second).astype(np.uint16))
+    wide = fr.bits(KEY, (12,), "uint64").numpy()
+    np.testing.assert_array_equal(wide, (first.astype(np.uint64) << 32) | second)
+    np.testing.assert_array_equal(fr.split(KEY, 12).numpy(), np.stack([first, second], axis=1))
     assert fr.bits(KEY, (2, 5), "uint8").shape == (2, 5)
     with pytest.raises(TypeError, match="uint8, uint16, uint32, uint64"):
         fr.bits(KEY, (2,), "int32")
@@ -280,7 +306,10 @@ SAMPLERS = {
 def test_same_key_same_values_eager_and_traced(name):
     fn = SAMPLERS[name]
     eager, traced = check_both_modes(fn, KEY)
-    assert_device_matches_reference(eager, traced)
+    if name == "gumbel":  # -log(t) near t = 1 turns log's last-place difference into many ulps near 0
+        np.testing.assert_allclose(eager, traced, rtol=1e-6, atol=1e-6)
+    else:
+        assert_device_matches_reference(eager, traced)
     np.testing.assert_array_equal(fn(KEY).numpy(), eager)
     other = fn(fr.key(99)).numpy()
     if name not in ("bernoulli",):  # six coin flips may coincide; everything else is continuous or long

@@ -23,6 +23,10 @@ TARGETS = {"matmul_512": "GFLOP/s >= 1x jax", "matmul_1024": "GFLOP/s >= 1x jax"
            "gelu": "time <= 0.5x jax", "softmax": "time <= 0.5x jax", "layernorm": "time <= 0.5x jax",
            "dispatch": "time <= 1x jax", "mlp_first_call": "time <= 0.5x jax", "mlp_step": "time <= 1x jax",
            "cnn_first_step": "time < 2 s", "cnn_step": "time <= 1x torch", "mlp_peak_rss": "peak RSS < 100 MB"}
+# issue 18's random rows (benchmarks/run.py: random_workloads), after the others
+RANDOM_ROWS = [f"random_{kind}_{size}" for kind in ("normal", "uniform", "bernoulli") for size in ("1M", "4M")]
+WORKLOADS += RANDOM_ROWS
+TARGETS.update({name: "time <= 1x jax" for name in RANDOM_ROWS})
 PEERS = ["numpy", "jax", "torch", "tinygrad"]
 
 
