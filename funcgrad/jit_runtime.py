@@ -31,9 +31,11 @@ above writes into the caller's objects; cached calls run concurrently.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -205,13 +207,19 @@ class Jitted:
         if not callable(fn):
             raise TypeError(f"jit expects a callable, got {type(fn).__name__}")
         self.fn = fn
-        self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
-        self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        user_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        user_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        self._user_argnums = user_argnums  # checked against each call's arguments (the inferred ones are not)
+        # as JAX: a static argument is static however it is passed, so each name gets its position and
+        # each position its name (from the signature, for parameters that can be passed both ways)
+        self.static_argnums, self.static_argnames = _static_both_ways(fn, user_argnums, user_argnames)
         self.trace_count = 0
-        self._cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)
-        self._simple_cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)  # keyed by argument types only
-        self._fast: dict[Any, FastCall | None] = {}  # the same keys: the fast path (a plain dict: no lock to read)
-        self._fast_lock = threading.Lock()
+        # the trace caches belong to (fn, options), as JAX's: jit(f) made twice traces f once
+        shared = _shared_caches(fn, (self.static_argnums, self.static_argnames))
+        self._cache: LRUCache[Any, Entry] = shared.cache
+        self._simple_cache: LRUCache[Any, Entry] = shared.simple_cache  # keyed by argument types only
+        self._fast: dict[Any, FastCall | None] = shared.fast  # the same keys: the fast path (a plain dict)
+        self._fast_lock = shared.fast_lock
         self.fast_calls = 0  # calls that took the fast path (for tests; not exact under threads)
         self._static_positions: dict[int, tuple[int, ...]] = {}  # number of arguments -> static positions
         self._last_key: Any = None
@@ -224,12 +232,29 @@ class Jitted:
     def name(self) -> str:
         return getattr(self.fn, "__name__", "fn")
 
-    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], Callable[..., Any]]:
-        for n in self.static_argnums:
-            if not -len(args) <= n < len(args):
-                raise ValueError(f"jit({self.name}): static_argnums {n} is out of range for {len(args)} "
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        """Used as a method decorator (``@partial(jit, static_argnums=0) def calc(self, y)``), the
+        jitted function binds ``self`` as a plain function would."""
+        return self if instance is None else types.MethodType(self, instance)
+
+    def _check_argnums(self, count: int) -> None:
+        for n in self._user_argnums:
+            if not -count <= n < count:
+                raise ValueError(f"jit({self.name}): static_argnums {n} is out of range for {count} "
                                  "positional arguments")
-        static_pos = sorted({n % len(args) for n in self.static_argnums}) if args else []
+
+    def _positions(self, count: int) -> tuple[int, ...]:
+        """The static positions among ``count`` positional arguments (a position inferred from a
+        static name but passed by keyword is simply absent)."""
+        positions = self._static_positions.get(count)
+        if positions is None:
+            positions = self._static_positions[count] = tuple(sorted(
+                {n % count for n in self.static_argnums if -count <= n < count}))
+        return positions
+
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], Callable[..., Any]]:
+        self._check_argnums(len(args))
+        static_pos = list(self._positions(len(args)))
         static_values: tuple[tuple[int | str, Any], ...] = tuple((n, args[n]) for n in static_pos)
         static_values += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
         for where, value in static_values:
@@ -288,11 +313,9 @@ class Jitted:
     def _positional_split(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
         """(the dynamic arguments, the static ones) of a call without keywords; None where a
         ``static_argnums`` is out of range (the full path raises)."""
-        positions = self._static_positions.get(len(args))
-        if positions is None:
-            if not all(-len(args) <= n < len(args) for n in self.static_argnums):
-                return None
-            positions = self._static_positions[len(args)] = tuple(sorted({n % len(args) for n in self.static_argnums}))
+        if not all(-len(args) <= n < len(args) for n in self._user_argnums):
+            return None
+        positions = self._positions(len(args))
         return (tuple([a for i, a in enumerate(args) if i not in positions]),
                 tuple([args[i] for i in positions]))
 
@@ -354,8 +377,9 @@ class Jitted:
             entry = self._cache.get(key)  # another thread may have traced it meanwhile
             if entry is not None:
                 return entry, leaves, True
-            names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in
-                                                          {n % len(args) for n in self.static_argnums}], dynamic[1])
+            static_pos = set(self._positions(len(args)))
+            names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in static_pos],
+                                   dynamic[1])
             self._explain_retrace(key, names)
             from funcgrad.lower.plan import record_trace
             from funcgrad.random import recording_keys
@@ -438,6 +462,55 @@ class Compiled:
         if self.lowered.write_back is not None:
             self.lowered.write_back.apply(leaves, outs[n:])
         return tree.unflatten(self.lowered.out_tree, outs[:n])
+
+
+def _static_both_ways(fn: Callable[..., Any], argnums: tuple[int, ...],
+                      argnames: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """``(static_argnums, static_argnames)`` completed from ``fn``'s signature: the position of each
+    static name and the name of each static position (as JAX's jit infers them)."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or a callable without a signature: nothing to infer
+        return argnums, argnames
+    for name in argnames:
+        if not isinstance(name, str):
+            raise TypeError(f"jit: static_argnames must be strings, got {name!r}")
+    both_ways = [p.name if p.kind is p.POSITIONAL_OR_KEYWORD else None
+                 for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    more_nums = tuple(i for i, name in enumerate(both_ways) if name in argnames and i not in argnums)
+    more_names = tuple(name for i, name in enumerate(both_ways)
+                       if name is not None and name not in argnames
+                       and any(n == i or n == i - len(both_ways) for n in argnums))
+    return argnums + more_nums, argnames + more_names
+
+
+class _SharedCaches:
+    """The caches that every ``jit(fn, same options)`` shares."""
+
+    def __init__(self) -> None:
+        self.cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)
+        self.simple_cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)
+        self.fast: dict[Any, FastCall | None] = {}
+        self.fast_lock = threading.Lock()
+
+
+# fn -> options -> its caches; weak on fn, so the caches go with the function
+_CACHES_BY_FUNCTION: weakref.WeakKeyDictionary[Any, dict[Any, _SharedCaches]] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def _shared_caches(fn: Callable[..., Any], options: Any) -> _SharedCaches:
+    """The caches of ``(fn, options)``; fresh ones where ``fn`` cannot be weakly referenced or is
+    not hashable (a bound method is made anew on each attribute access: its caches would not be found)."""
+    try:
+        with _CACHES_LOCK:
+            per_options = _CACHES_BY_FUNCTION.setdefault(fn, {})
+            shared = per_options.get(options)
+            if shared is None:
+                shared = per_options[options] = _SharedCaches()
+            return shared
+    except TypeError:
+        return _SharedCaches()
 
 
 def _aliases(leaves: list[Any]) -> tuple[int, ...] | None:

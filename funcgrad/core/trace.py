@@ -65,14 +65,19 @@ def as_output(value: Any) -> Tensor | np.generic:
 
 
 def trace_flat(fn: Callable[..., Any], in_avals: Sequence[tuple[ShapedArray, bool]], in_tree: Any,
-               label: str, input_names: Sequence[str] | None = None) -> tuple[IR, Any]:
+               label: str, input_names: Sequence[str] | None = None,
+               known: Sequence[Any] | None = None) -> tuple[IR, Any]:
     """Trace ``fn(*unflatten(in_tree, inputs))`` with one IR input per aval; returns (IR, out_tree).
 
-    ``in_tree`` describes the positional argument tuple ``(args...)``.
+    ``in_tree`` describes the positional argument tuple ``(args...)``. ``known``: the inputs' values
+    (Tensors; a traced one stands for its own trace's known value), for traces whose Python control
+    flow may read them (grad, jvp and vjp outside jit); the trace stays abstract without it.
     """
     with new_trace(label) as builder:
         tracers = [builder.new_input(aval) for aval, _ in in_avals]
         builder.input_names.update((t.var.id, n) for t, n in zip(tracers, input_names or ()))
+        if known is not None:
+            builder.known = {t.var.id: value for t, value in zip(tracers, known)}
         inputs = [Tensor._wrap(t, weak=weak) for t, (_, weak) in zip(tracers, in_avals)]
         out = fn(*tree.unflatten(in_tree, inputs))
         out_leaves, out_tree = tree.flatten(out)

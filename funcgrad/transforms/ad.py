@@ -32,8 +32,11 @@ def trace_function(fn: Callable[..., Any], args: Sequence[Any], label: str) -> t
     """Trace ``fn(*args)``; returns (IR, output tree, flat input leaves as Tensors)."""
     leaves, in_tree = tree.flatten(tuple(args))
     avals = [leaf_aval(leaf, f"argument leaf {i} of {label}") for i, leaf in enumerate(leaves)]
-    ir, out_tree = trace_flat(fn, avals, in_tree, label, argument_names(fn, args))
-    return ir, out_tree, [as_tensor(leaf) for leaf in leaves]
+    values = [as_tensor(leaf) for leaf in leaves]
+    # as JAX: outside jit the inputs' values are known, so ``if x < 3:`` works in the function (a
+    # value traced by jit or vmap stays abstract: known_value finds no value for it)
+    ir, out_tree = trace_flat(fn, avals, in_tree, label, argument_names(fn, args), known=values)
+    return ir, out_tree, values
 
 
 def _check_tangent(primal: Tensor, tangent: Any, index: int) -> Tensor:
