@@ -452,6 +452,7 @@ def known_value(tensor: Tensor) -> Tensor | None:
     known = builder.known
     if known is None or not builder.alive:
         return None
+    builder.read_known = True
     if data.var.id in known:
         value = known[data.var.id]
         return value if not value.is_traced else known_value(value)

@@ -66,12 +66,13 @@ def as_output(value: Any) -> Tensor | np.generic:
 
 def trace_flat(fn: Callable[..., Any], in_avals: Sequence[tuple[ShapedArray, bool]], in_tree: Any,
                label: str, input_names: Sequence[str] | None = None,
-               known: Sequence[Any] | None = None) -> tuple[IR, Any]:
+               known: Sequence[Any] | None = None, read_known: list[bool] | None = None) -> tuple[IR, Any]:
     """Trace ``fn(*unflatten(in_tree, inputs))`` with one IR input per aval; returns (IR, out_tree).
 
     ``in_tree`` describes the positional argument tuple ``(args...)``. ``known``: the inputs' values
     (Tensors; a traced one stands for its own trace's known value), for traces whose Python control
     flow may read them (grad, jvp and vjp outside jit); the trace stays abstract without it.
+    ``read_known`` (a list) gets whether ``fn`` read one of them (its IR then holds for these values only).
     """
     with new_trace(label) as builder:
         tracers = [builder.new_input(aval) for aval, _ in in_avals]
@@ -83,6 +84,8 @@ def trace_flat(fn: Callable[..., Any], in_avals: Sequence[tuple[ShapedArray, boo
         out_leaves, out_tree = tree.flatten(out)
         atoms = [_atom_for(builder, as_output(leaf)) for leaf in out_leaves]
         ir = builder.build(atoms)
+    if read_known is not None:
+        read_known.append(builder.read_known)
     return ir, out_tree
 
 

@@ -88,6 +88,7 @@ class IRBuilder:
         # outside jit trace with the inputs' values known (as JAX's concrete JVP tracers), so Python
         # control flow on a traced value can ask for its value (see core.tensor.known_value)
         self.known: dict[int, Any] | None = None
+        self.read_known = False  # whether the traced function asked for a known value (its IR depends on it)
 
     def inputs_behind(self, var: Var) -> list[str]:
         """Names of the inputs ``var`` depends on (for error messages)."""

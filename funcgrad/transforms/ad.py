@@ -28,14 +28,18 @@ from funcgrad.transforms.transpose import transpose_ir
 from funcgrad.util import tree
 
 
-def trace_function(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Tensor]]:
-    """Trace ``fn(*args)``; returns (IR, output tree, flat input leaves as Tensors)."""
+def trace_function(fn: Callable[..., Any], args: Sequence[Any], label: str,
+                   concrete: bool = True, read_known: list[bool] | None = None) -> tuple[IR, Any, list[Tensor]]:
+    """Trace ``fn(*args)``; returns (IR, output tree, flat input leaves as Tensors).
+
+    With ``concrete`` (grad, jvp, vjp), as in JAX, the inputs' values are known to the trace, so
+    ``if x < 3:`` works in ``fn`` outside jit (a value traced by jit or vmap stays abstract: its
+    trace knows no value for it, and the concretization error is raised as before)."""
     leaves, in_tree = tree.flatten(tuple(args))
     avals = [leaf_aval(leaf, f"argument leaf {i} of {label}") for i, leaf in enumerate(leaves)]
     values = [as_tensor(leaf) for leaf in leaves]
-    # as JAX: outside jit the inputs' values are known, so ``if x < 3:`` works in the function (a
-    # value traced by jit or vmap stays abstract: known_value finds no value for it)
-    ir, out_tree = trace_flat(fn, avals, in_tree, label, argument_names(fn, args), known=values)
+    ir, out_tree = trace_flat(fn, avals, in_tree, label, argument_names(fn, args),
+                              known=values if concrete else None, read_known=read_known)
     return ir, out_tree, values
 
 

@@ -13,15 +13,18 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from funcgrad.core.tensor import Tensor, as_tensor, bind, evaluate
-from funcgrad.core.trace import trace_avals
+from funcgrad.core.trace import leaf_aval, trace_avals
 from funcgrad.ir.core import IR, Eqn, ShapedArray
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
 from funcgrad.ir.primitives import convert_element_type_p, stop_gradient_p
 from funcgrad.ir.simplify import dce, simplify
+from funcgrad.ir.tracing import current_builder
 from funcgrad.transforms.ad import trace_function
 from funcgrad.transforms.batching import batch_rules, broadcast_batched, vmap_ir
 from funcgrad.transforms.jit import call_batch_rule
@@ -29,6 +32,7 @@ from funcgrad.transforms.jvp import instantiate, is_differentiable, jvp_ir, jvp_
 from funcgrad.transforms.partial_eval import partial_eval, pe_rules
 from funcgrad.transforms.transpose import backward_pass, is_undefined, transpose_rules
 from funcgrad.util import tree
+from funcgrad.util.caches import LRUCache
 
 
 class _Named:
@@ -63,38 +67,154 @@ batch_rules[stop_gradient_p] = lambda args, dims, *, axis_size: (bind(stop_gradi
 
 # --- custom_jvp ---------------------------------------------------------------------------------
 
-class custom_jvp:  # noqa: N801 - named like JAX's decorator
+class _CustomFunction:
+    """What custom_jvp and custom_vjp share: the function, its ``nondiff_argnums``, and its traced IRs
+    by argument signature. As in JAX, the function is called no more often than needed: a rule that
+    calls the function again on the same types (``return f(x), ...``) reuses the IR traced when the
+    call was recorded, unless that trace read a concrete value (Python control flow) or closed over
+    a traced value."""
+
+    _label = "custom"
+
+    def __init__(self, fun: Callable[..., Any], nondiff_argnums: int | Sequence[int] = ()) -> None:
+        if not callable(fun):
+            raise TypeError(f"{self._label} expects a callable, got {type(fun).__name__}")
+        self.fun = fun
+        self.nondiff_argnums = (nondiff_argnums,) if isinstance(nondiff_argnums, int) else tuple(nondiff_argnums)
+        self._traces: LRUCache[Any, tuple[IR, Any, tuple[Any, ...]]] = LRUCache(8)
+        functools.update_wrapper(self, fun)
+
+    @property
+    def _name(self) -> str:
+        return getattr(self.fun, "__name__", "fun")
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self if instance is None else types.MethodType(self, instance)
+
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[Any], list[int]]:
+        """(the differentiable arguments, the nondiff ones, the nondiff positions) of a call."""
+        if kwargs:  # keywords go to their positions, as JAX resolves them
+            try:
+                bound = inspect.signature(self.fun).bind(*args, **kwargs)
+            except TypeError as err:
+                raise TypeError(f"{self._label} function {self._name}: {err}") from None
+            bound.apply_defaults()
+            if bound.kwargs:
+                raise TypeError(f"{self._label} function {self._name} takes its arguments by position; "
+                                f"got keyword-only arguments {sorted(bound.kwargs)}")
+            args = bound.args
+        for n in self.nondiff_argnums:
+            if not -len(args) <= n < len(args):
+                raise ValueError(f"{self._label} function {self._name}: nondiff_argnums {n} is out of range for "
+                                 f"{len(args)} arguments")
+        positions = sorted({n % len(args) for n in self.nondiff_argnums})
+        return ([a for i, a in enumerate(args) if i not in positions], [args[i] for i in positions], positions)
+
+    def _merged(self, positions: list[int], nondiff: list[Any]) -> Callable[..., Any]:
+        """``fun`` as a function of the differentiable arguments only."""
+        def merged(*diff: Any) -> Any:
+            return self.fun(*_merge(positions, nondiff, diff))
+        return merged
+
+    def _trace(self, diff: list[Any], nondiff: list[Any], positions: list[int]) -> tuple[IR, Any, list[Tensor]]:
+        leaves, in_tree = tree.flatten(tuple(diff))
+        avals = tuple(leaf_aval(leaf, f"argument leaf {i} of {self._name}") for i, leaf in enumerate(leaves))
+        key = (in_tree, avals, tuple(positions), tuple(_static_key(v) for v in nondiff))
+        # reused inside a trace only: called eagerly, the function runs each time, as in JAX
+        cached = self._traces.get(key) if current_builder() is not None else None
+        if cached is not None:
+            return cached[0], cached[1], [as_tensor(leaf) for leaf in leaves]
+        reads: list[bool] = []
+        ir, out_tree, values = trace_function(self._merged(positions, nondiff), diff,
+                                              f"{self._label}({self._name})", read_known=reads)
+        if not reads[0] and not any(isinstance(c, Tensor) and c.is_traced for c in ir.consts):
+            self._traces.put(key, (ir, out_tree, tuple(nondiff)))  # (nondiff kept alive: keys may hold ids)
+        return ir, out_tree, values
+
+
+def _merge(positions: Sequence[int], nondiff: Sequence[Any], diff: Sequence[Any]) -> list[Any]:
+    """The full argument list from the differentiable arguments and the nondiff ones at ``positions``."""
+    full, it, others = [], iter(diff), dict(zip(positions, nondiff))
+    for i in range(len(diff) + len(nondiff)):
+        full.append(others[i] if i in others else next(it))
+    return full
+
+
+def _static_key(value: Any) -> Any:
+    """A cache key for a nondiff argument: itself where hashable (not an array), else its identity."""
+    if isinstance(value, Tensor):
+        return ("id", id(value))
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return ("value", type(value), value)
+
+
+class custom_jvp(_CustomFunction):  # noqa: N801 - named like JAX's decorator
     """A function with a hand-written JVP rule.
 
     >>> @custom_jvp
     ... def safe_log1pexp(x): return fnp.log1p(fnp.exp(x))
     >>> @safe_log1pexp.defjvp
     ... def _(primals, tangents): (x,), (t,) = primals, tangents; return safe_log1pexp(x), t * fnp.sigmoid(x)
+
+    With ``nondiff_argnums`` (``@partial(custom_jvp, nondiff_argnums=(0,))``) those arguments are
+    passed first to the rule, ``rule(*nondiff, primals, tangents)``, and have no tangents.
     """
 
-    def __init__(self, fun: Callable[..., Any]) -> None:
-        self.fun = fun
-        self.jvp: Callable[..., Any] | None = None
-        functools.update_wrapper(self, fun)
+    _label = "custom_jvp"
 
-    def defjvp(self, jvp: Callable[..., Any]) -> Callable[..., Any]:
+    def __init__(self, fun: Callable[..., Any], nondiff_argnums: int | Sequence[int] = ()) -> None:
+        super().__init__(fun, nondiff_argnums)
+        self.jvp: Callable[..., Any] | None = None
+
+    def defjvp(self, jvp: Callable[..., Any], symbolic_zeros: bool = False) -> Callable[..., Any]:
         """Set the rule ``jvp(primals, tangents) -> (primal_out, tangent_out)`` (tuples of arguments)."""
+        if symbolic_zeros:
+            raise NotImplementedError(f"custom_jvp {self._name}: symbolic_zeros=True is not supported; tangents "
+                                      "of inputs without one are passed as zeros")
         self.jvp = jvp
         return jvp
 
-    def __call__(self, *args: Any) -> Any:
-        name = getattr(self.fun, "__name__", "fun")
+    def defjvps(self, *jvps: Callable[..., Any] | None) -> None:
+        """Set the rule from one function per argument, ``jvp_i(tangent_i, primal_out, *primals)``
+        giving that argument's part of the output tangent (None: the argument has none); the parts
+        are summed, as JAX's ``defjvps``."""
+        if self.nondiff_argnums:
+            raise TypeError(f"custom_jvp {self._name}: defjvps cannot be used with nondiff_argnums; use defjvp")
+
+        def rule(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+            if len(jvps) != len(primals):
+                raise TypeError(f"custom_jvp {self._name}: defjvps got {len(jvps)} rules for a call with "
+                                f"{len(primals)} arguments")
+            out = self(*primals)
+            total: Any = None
+            for jvp_i, tangent in zip(jvps, tangents):
+                if jvp_i is None:
+                    continue
+                part = jvp_i(tangent, out, *primals)
+                total = part if total is None else tree.map(lambda a, b: a + b, total, part)
+            if total is None:
+                total = tree.map(lambda o: zeros(as_tensor(o).aval), out)
+            return out, total
+
+        self.jvp = rule
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = self._name
         if self.jvp is None:
             raise AttributeError(f"custom_jvp function {name} has no rule; call .defjvp(rule) first")
-        ir, out_tree, leaves = trace_function(self.fun, args, f"custom_jvp({name})")
-        in_tree = tree.structure(tuple(args))
+        diff, nondiff, positions = self._split(args, kwargs)
+        ir, out_tree, leaves = self._trace(diff, nondiff, positions)
+        in_tree = tree.structure(tuple(diff))
         user_jvp = self.jvp
         out_avals = ir.out_avals
 
         def flat_jvp(primal_leaves: list[Any], tangent_leaves: list[Any]) -> tuple[list[Any], list[Any]]:
             primals = tree.unflatten(in_tree, primal_leaves)
             tangents = tree.unflatten(in_tree, tangent_leaves)
-            out, tangent_out = user_jvp(primals, tangents)
+            out, tangent_out = user_jvp(*nondiff, primals, tangents)
             outs = [as_tensor(o) for o in tree.leaves(out)]
             touts = [as_tensor(t) for t in tree.leaves(tangent_out)]
             if len(outs) != len(out_avals) or len(touts) != len(out_avals):
@@ -145,44 +265,50 @@ batch_rules[custom_jvp_call_p] = _custom_jvp_batch
 
 # --- custom_vjp ---------------------------------------------------------------------------------
 
-class custom_vjp:  # noqa: N801
+class custom_vjp(_CustomFunction):  # noqa: N801
     """A function with a hand-written VJP: ``fwd(*args) -> (out, residuals)`` and
-    ``bwd(residuals, cotangent) -> tuple of one cotangent per argument``."""
+    ``bwd(residuals, cotangent) -> tuple of one cotangent per argument``. With ``nondiff_argnums``
+    those arguments come first to ``bwd`` (``bwd(*nondiff, residuals, cotangent)``), which returns
+    cotangents for the other arguments only; ``fwd`` takes all of them, as JAX's."""
 
-    def __init__(self, fun: Callable[..., Any]) -> None:
-        self.fun = fun
+    _label = "custom_vjp"
+
+    def __init__(self, fun: Callable[..., Any], nondiff_argnums: int | Sequence[int] = ()) -> None:
+        super().__init__(fun, nondiff_argnums)
         self.fwd: Callable[..., Any] | None = None
         self.bwd: Callable[..., Any] | None = None
-        functools.update_wrapper(self, fun)
 
-    def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
+    def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any], symbolic_zeros: bool = False) -> None:
+        if symbolic_zeros:
+            raise NotImplementedError(f"custom_vjp {self._name}: symbolic_zeros=True is not supported")
         self.fwd, self.bwd = fwd, bwd
 
-    def __call__(self, *args: Any) -> Any:
-        name = getattr(self.fun, "__name__", "fun")
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = self._name
         if self.fwd is None or self.bwd is None:
             raise AttributeError(f"custom_vjp function {name} has no rule; call .defvjp(fwd, bwd) first")
-        ir, out_tree, leaves = trace_function(self.fun, args, f"custom_vjp({name})")
-        in_tree = tree.structure(tuple(args))
+        diff, nondiff, positions = self._split(args, kwargs)
+        ir, out_tree, leaves = self._trace(diff, nondiff, positions)
+        in_tree = tree.structure(tuple(diff))
         in_avals = [leaf.aval for leaf in leaves]
         fwd, bwd = self.fwd, self.bwd
         res_trees: list[Any] = []
 
         def flat_fwd(arg_leaves: list[Any]) -> tuple[list[Any], list[Any]]:
-            out, residuals = fwd(*tree.unflatten(in_tree, arg_leaves))
+            out, residuals = fwd(*_merge(positions, nondiff, tree.unflatten(in_tree, arg_leaves)))
             res_leaves, res_tree = tree.flatten(residuals)
             res_trees[:] = [res_tree]
             return [as_tensor(o) for o in tree.leaves(out)], [as_tensor(r) for r in res_leaves]
 
         def flat_bwd(res_leaves: list[Any], ct_leaves: list[Any]) -> list[Any]:
-            cts = bwd(tree.unflatten(res_trees[0], res_leaves), tree.unflatten(out_tree, ct_leaves))
+            cts = bwd(*nondiff, tree.unflatten(res_trees[0], res_leaves), tree.unflatten(out_tree, ct_leaves))
             if not isinstance(cts, tuple):
                 raise TypeError(f"the custom_vjp bwd of {name} must return a tuple with one cotangent per "
-                                f"argument, got {type(cts).__name__}")
+                                f"differentiable argument, got {type(cts).__name__}")
             ct_leaves_in, ct_tree = tree.flatten(cts, is_leaf=lambda x: x is None)
             if len(cts) != in_tree.num_leaves and ct_tree.num_leaves != len(in_avals):
                 raise TypeError(f"the custom_vjp bwd of {name} returned {len(cts)} cotangents for "
-                                f"{len(args)} arguments")
+                                f"{len(diff)} differentiable arguments")
             flat = [zeros(a) if c is None else as_tensor(c) for c, a in zip(ct_leaves_in, in_avals)]
             for c, a in zip(flat, in_avals):
                 if c.shape != a.shape:
@@ -314,7 +440,7 @@ def eval_shape(fn: Callable[..., Any], *args: Any) -> Any:
 
     >>> eval_shape(lambda x: x @ x.T, fnp.ones((3, 4)))   # ShapedArray(shape=(3, 3), dtype=float32)
     """
-    ir, out_tree, _ = trace_function(fn, args, "eval_shape")
+    ir, out_tree, _ = trace_function(fn, args, "eval_shape", concrete=False)
     return tree.unflatten(out_tree, list(ir.out_avals))
 
 
