@@ -22,7 +22,7 @@ from funcgrad import numpy
 from funcgrad import random
 from funcgrad.core.trace import make_ir
 from funcgrad.transforms import (
-    checkpoint, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient,
+    checkpoint, checkpoint_name, checkpoint_policies, print_saved_residuals, saved_residuals, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient,
     value_and_grad, vjp, vmap,
 )
 from funcgrad.jit_runtime import jit
@@ -40,7 +40,8 @@ from funcgrad.util.version import __version__
 __all__ = [
     "Array", "ConcretizationError", "Device", "config", "debug_infs", "debug_nans", "device_put", "devices",
     "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
-    "checkpoint", "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
+    "checkpoint", "checkpoint_name", "checkpoint_policies", "print_saved_residuals", "saved_residuals",
+    "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
     "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",
     "value_and_grad", "vjp", "vmap",
 ]

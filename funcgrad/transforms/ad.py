@@ -105,6 +105,7 @@ class _Linearized:
         n_in = len(ir.in_vars)
         known_ir, self.linear_ir, out_unknown, self.num_residuals = partial_eval(
             jir, [False] * n_in + [True] * sum(self.has_tangent))
+        self.known_ir = known_ir  # (outputs, then residuals: saved_residuals reads where they come from)
         known = [as_tensor(r) for r in evaluate(known_ir, *values)]
         self.outs = known[:n_main]
         self.residuals = known[len(known) - self.num_residuals:]

@@ -18,11 +18,13 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from funcgrad.core.tensor import Tensor, as_tensor, bind, evaluate
 from funcgrad.core.trace import leaf_aval, trace_avals
-from funcgrad.ir.core import IR, Eqn, ShapedArray
+from funcgrad.ir.core import IR, Eqn, ShapedArray, Var
 from funcgrad.ir.higher_order import checkpoint_p, custom_jvp_call_p, custom_lin_p, custom_vjp_call_p, open_ir
-from funcgrad.ir.primitives import convert_element_type_p, stop_gradient_p
+from funcgrad.ir.primitives import convert_element_type_p, dot_general_p, name_p, stop_gradient_p
 from funcgrad.ir.simplify import dce, simplify
 from funcgrad.ir.tracing import current_builder
 from funcgrad.transforms.ad import trace_function
@@ -361,25 +363,47 @@ batch_rules[custom_vjp_call_p] = _custom_vjp_batch
 
 # --- checkpoint (rematerialization) -------------------------------------------------------------
 
-def checkpoint(fn: Callable[..., Any], *, prevent_cse: bool = True) -> Callable[..., Any]:
+def checkpoint(fn: Callable[..., Any] | None = None, *, prevent_cse: bool = True,
+               policy: Callable[..., bool] | None = None) -> Any:
     """Wrap ``fn`` so reverse mode recomputes its intermediates in the backward pass instead of
-    storing them (trading compute for memory). Also available as ``fg.remat``."""
+    storing them (trading compute for memory). Also available as ``fg.remat``.
+
+    ``policy(primitive, *input_avals, **params) -> bool`` says which intermediates may be saved
+    instead (JAX's ``checkpoint_policies``: ``dots_saveable``, ``save_only_these_names`` with
+    ``checkpoint_name``, ...); without one nothing is saved but the inputs.
+    """
+    if fn is None:  # @checkpoint(policy=...)
+        return functools.partial(checkpoint, prevent_cse=prevent_cse, policy=policy)
+    if policy is not None and not callable(policy):
+        raise TypeError(f"checkpoint: policy must be a callable (prim, *avals, **params) -> bool, got {policy!r}")
     name = getattr(fn, "__name__", "fn")
+    extra = {} if policy is None else {"policy": policy}
 
     @functools.wraps(fn)
     def wrapper(*args: Any) -> Any:
-        ir, out_tree, leaves = trace_function(fn, args, f"checkpoint({name})")
-        outs = bind(checkpoint_p, *ir.consts, *leaves, ir=open_ir(ir), name=name)
+        ir, out_tree, leaves = trace_function(fn, args, f"checkpoint({name})", concrete=False)
+        outs = bind(checkpoint_p, *ir.consts, *leaves, ir=open_ir(ir), name=name, **extra)
         return tree.unflatten(out_tree, list(outs))
 
     return wrapper
 
 
-def _checkpoint_jvp(primals: list[Any], tangents: list[Any], *, ir: IR, name: str) -> tuple[Any, Any]:
+def checkpoint_name(x: Any, name: str) -> Any:
+    """``x`` (every leaf), named ``name`` for checkpoint policies (``save_only_these_names``, ...)."""
+    if not isinstance(name, str):
+        raise TypeError(f"checkpoint_name: the name must be a string, got {name!r}")
+    return tree.map(lambda leaf: bind(name_p, as_tensor(leaf), name=name), x)
+
+
+jvp_rules[name_p] = lambda primals, tangents, *, name: (bind(name_p, primals[0], name=name), tangents[0])
+batch_rules[name_p] = lambda args, dims, *, axis_size, name: (bind(name_p, args[0], name=name), dims[0])
+
+
+def _checkpoint_jvp(primals: list[Any], tangents: list[Any], *, ir: IR, name: str, **extra: Any) -> tuple[Any, Any]:
     has = [t is not None for t in tangents]
     new_ir, out_has = jvp_ir(ir, has)
     outs = bind(checkpoint_p, *new_ir.consts, *primals, *(t for t in tangents if t is not None),
-                ir=open_ir(new_ir), name=name)
+                ir=open_ir(new_ir), name=name, **extra)
     n = len(ir.outputs)
     supplied = iter(outs[n:])
     return list(outs[:n]), [next(supplied) if h else None for h in out_has]
@@ -387,9 +411,14 @@ def _checkpoint_jvp(primals: list[Any], tangents: list[Any], *, ir: IR, name: st
 
 def _checkpoint_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eqn], list[Eqn], list[bool]]:
     """The known side computes only the known outputs; the unknown side re-runs the whole body from
-    the inputs (its residuals are just the inputs), so nothing inside is saved."""
+    the inputs (its residuals are just the inputs), so nothing inside is saved. With a policy, the
+    known values it calls saveable are saved too (outputs of the known side), and the unknown side
+    recomputes the others from the inputs and the saved values."""
     sub: IR = eqn.param_dict["ir"]
     name = eqn.param_dict["name"]
+    policy = eqn.param_dict.get("policy")
+    if policy is not None:
+        return _checkpoint_partial_eval_policy(eqn, unknown, policy)
     known_ir, _, out_unknown, n_res = partial_eval(sub, list(unknown))
     n_known = len(known_ir.outputs) - n_res
     known_only = dce(IR(known_ir.in_vars, known_ir.eqns, known_ir.outputs[:n_known]))
@@ -401,7 +430,54 @@ def _checkpoint_partial_eval(eqn: Eqn, unknown: Sequence[bool]) -> tuple[list[Eq
     return [known_eqn], [unknown_eqn], out_unknown
 
 
-def _checkpoint_transpose(cts: list[Any], *operands: Any, ir: IR, name: str) -> list[Any]:
+def _checkpoint_partial_eval_policy(eqn: Eqn, unknown: Sequence[bool],
+                                    policy: Callable[..., Any]) -> tuple[list[Eqn], list[Eqn], list[bool]]:
+    """Split as partial evaluation does (known side: outputs and residuals), then keep as residuals
+    only the known inputs and the values of equations ``policy`` calls saveable: the equations that
+    compute the other residuals move to the unknown side, which recomputes them."""
+    params = eqn.param_dict
+    sub: IR = params["ir"]
+    known_ir, unknown_ir, out_unknown, n_res = partial_eval(sub, list(unknown))
+    n_known = len(known_ir.outputs) - n_res
+    residuals = list(known_ir.outputs[n_known:])
+    # the known equations that compute the residuals; saveable ones are cut (their outputs are saved)
+    computing = dce(IR(known_ir.in_vars, known_ir.eqns, residuals))
+    saved: dict[int, Var] = {}
+    live: set[int] = {a.id for a in residuals if isinstance(a, Var)}
+    recompute: list[Eqn] = []
+    for inner in reversed(computing.eqns):
+        if not any(v.id in live for v in inner.outputs):
+            continue
+        if _saveable(policy, inner):
+            saved.update((v.id, v) for v in inner.outputs if v.id in live)
+            continue
+        recompute.append(inner)
+        live.update(a.id for a in inner.inputs if isinstance(a, Var))
+    recompute.reverse()
+    saved_vars = list(saved.values())
+    known_inputs = [a for a, u in zip(eqn.inputs, unknown) if not u]
+    known_side = dce(IR(known_ir.in_vars, known_ir.eqns, list(known_ir.outputs[:n_known]) + saved_vars))
+    saved_outer = [Var(v.aval) for v in saved_vars]
+    known_eqn = Eqn(checkpoint_p, known_inputs, {**params, "ir": known_side},
+                    [v for v, u in zip(eqn.outputs, out_unknown) if not u] + saved_outer)
+    unknown_side = dce(IR(saved_vars + list(sub.in_vars), recompute + list(unknown_ir.eqns), unknown_ir.outputs))
+    unknown_eqn = Eqn(checkpoint_p, saved_outer + list(eqn.inputs), {**params, "ir": unknown_side},
+                      [v for v, u in zip(eqn.outputs, out_unknown) if u])
+    return [known_eqn], [unknown_eqn], out_unknown
+
+
+def _saveable(policy: Callable[..., Any], eqn: Eqn) -> bool:
+    """Whether ``policy`` lets the outputs of ``eqn`` be saved (asked as JAX asks: the primitive,
+    the input avals, the params; funcgrad's dot_general params are ``contracting`` and ``batch``)."""
+    avals = [a.aval for a in eqn.inputs]
+    answer = policy(eqn.primitive, *avals, **eqn.param_dict)
+    if not isinstance(answer, (bool, np.bool_)):
+        raise TypeError(f"checkpoint: the policy returned {answer!r} for {eqn.primitive.name}; a policy returns "
+                        "True (save) or False (recompute)")
+    return bool(answer)
+
+
+def _checkpoint_transpose(cts: list[Any], *operands: Any, ir: IR, name: str, **extra: Any) -> list[Any]:
     """The unknown side of a checkpoint recomputes the primal values, so its body is not linear as a
     whole: a call inside it (jit, cond, scan, checkpoint) returns primal and tangent outputs at once.
     Split the body into the recomputation and the linear part first; the transposed call runs the
@@ -423,7 +499,7 @@ def _checkpoint_transpose(cts: list[Any], *operands: Any, ir: IR, name: str) -> 
     transposed = simplify(trace_avals(backward, value_avals + ct_avals, f"transpose({name})"))
     cts = [instantiate(ct, aval) for ct, aval, unknown in zip(cts, ir.out_avals, out_unknown) if unknown]
     results = iter(bind(checkpoint_p, *transposed.consts, *values, *cts, ir=open_ir(transposed),
-                        name=f"transpose({name})"))
+                        name=f"transpose({name})", **extra))
     return [next(results) if lin else None for lin in linear]
 
 
@@ -431,6 +507,134 @@ jvp_rules[checkpoint_p] = _checkpoint_jvp
 pe_rules[checkpoint_p] = _checkpoint_partial_eval
 transpose_rules[checkpoint_p] = _checkpoint_transpose
 batch_rules[checkpoint_p] = call_batch_rule(checkpoint_p)
+
+
+class _DotsSaveable:
+    """Save the results of matrix products (``dot_general``); with ``no_batch_dims``, only those
+    without batch dimensions."""
+
+    def __init__(self, no_batch_dims: bool) -> None:
+        self.no_batch_dims = no_batch_dims
+
+    def __call__(self, prim: Any, *avals: Any, **params: Any) -> bool:
+        if prim is not dot_general_p:
+            return False
+        return not self.no_batch_dims or not any(params.get("batch", ((), ())))
+
+    def __repr__(self) -> str:
+        return "dots_with_no_batch_dims_saveable" if self.no_batch_dims else "dots_saveable"
+
+
+class _Names:
+    """A policy on ``checkpoint_name`` values: save those ``keep`` says of their name, nothing else."""
+
+    def __init__(self, label: str, names: Sequence[str], among: bool) -> None:
+        self.label, self.names, self.among = label, frozenset(names), among
+
+    def __call__(self, prim: Any, *avals: Any, **params: Any) -> bool:
+        if prim is not name_p:
+            return False
+        return (params["name"] in self.names) == self.among
+
+    def __repr__(self) -> str:
+        return f"{self.label}({', '.join(sorted(self.names))})"
+
+
+def everything_saveable(*_: Any, **__: Any) -> bool:
+    """Save everything (as if there were no checkpoint)."""
+    return True
+
+
+def nothing_saveable(*_: Any, **__: Any) -> bool:
+    """Save nothing but the inputs: recompute everything (checkpoint's default)."""
+    return False
+
+
+def save_only_these_names(*names: str) -> Callable[..., bool]:
+    """Save only the values named (``checkpoint_name``) with one of ``names``."""
+    return _Names("save_only_these_names", names, among=True)
+
+
+def save_any_names_but_these(*names: str) -> Callable[..., bool]:
+    """Save every named value except those named with one of ``names``; unnamed values are recomputed."""
+    return _Names("save_any_names_but_these", names, among=False)
+
+
+def save_anything_except_these_names(*names: str) -> Callable[..., bool]:
+    """Save every value except the ones named with one of ``names``."""
+    def policy(prim: Any, *avals: Any, **params: Any) -> bool:
+        return not (prim is name_p and params["name"] in names)
+    return policy
+
+
+def save_from_both_policies(policy_1: Callable[..., bool], policy_2: Callable[..., bool]) -> Callable[..., bool]:
+    """Save what either policy saves."""
+    def policy(prim: Any, *avals: Any, **params: Any) -> bool:
+        return bool(policy_1(prim, *avals, **params)) or bool(policy_2(prim, *avals, **params))
+    return policy
+
+
+dots_saveable = _DotsSaveable(no_batch_dims=False)
+dots_with_no_batch_dims_saveable = _DotsSaveable(no_batch_dims=True)
+
+# as jax.checkpoint_policies
+checkpoint_policies = types.SimpleNamespace(
+    everything_saveable=everything_saveable, nothing_saveable=nothing_saveable,
+    dots_saveable=dots_saveable, checkpoint_dots=dots_saveable,
+    dots_with_no_batch_dims_saveable=dots_with_no_batch_dims_saveable,
+    checkpoint_dots_with_no_batch_dims=dots_with_no_batch_dims_saveable,
+    save_only_these_names=save_only_these_names, save_any_names_but_these=save_any_names_but_these,
+    save_anything_except_these_names=save_anything_except_these_names,
+    save_from_both_policies=save_from_both_policies,
+)
+
+
+def saved_residuals(fn: Callable[..., Any], *args: Any) -> list[tuple[ShapedArray, str]]:
+    """What reverse mode saves between the forward and the backward pass of ``fn(*args)``: one
+    ``(aval, where it comes from)`` per residual, as JAX's ``saved_residuals``."""
+    from funcgrad.core.trace import argument_names
+    from funcgrad.transforms.ad import _Linearized
+    lin = _Linearized(fn, args, False, "saved_residuals")
+    names = argument_names(fn, args)
+    known_ir = lin.known_ir
+    return [(atom.aval, _residual_source(known_ir, atom, names))
+            for atom in known_ir.outputs[len(known_ir.outputs) - lin.num_residuals:]]
+
+
+def _residual_source(ir: IR, atom: Any, arg_names: Sequence[str] | None) -> str:
+    """Where a value of ``ir`` comes from: an argument, a constant, or an equation (looking into
+    calls, whose outputs are their bodies')."""
+    if not isinstance(atom, Var):
+        return "from a literal"
+    for i, var in enumerate(ir.in_vars):
+        if var.id == atom.id:
+            if arg_names is not None and i < len(arg_names):
+                return f"from the {arg_names[i]}"
+            return f"from the argument at flattened index {i}"
+    if any(var.id == atom.id for var in ir.const_vars):
+        return "from a constant"
+    eqn = ir.producers().get(atom.id)
+    if eqn is None:
+        return "from an unknown source"
+    if eqn.primitive is name_p:
+        return f"named '{eqn.param_dict['name']}'"
+    sub = eqn.param_dict.get("ir")
+    if isinstance(sub, IR) and eqn.primitive.multiple_results:
+        index = [v.id for v in eqn.outputs].index(atom.id)
+        inner = sub.outputs[index]
+        inner_source = _residual_source(sub, inner, None)
+        if inner_source.startswith("from the argument at flattened index"):
+            position = int(inner_source.rsplit(" ", 1)[1])
+            return _residual_source(ir, eqn.inputs[position], arg_names) if position < len(eqn.inputs) \
+                else inner_source
+        return inner_source
+    return f"output of {eqn.primitive.name}"
+
+
+def print_saved_residuals(fn: Callable[..., Any], *args: Any) -> None:
+    """Print ``saved_residuals(fn, *args)``, one line per residual (``f32[3,4] output of sin``)."""
+    for aval, source in saved_residuals(fn, *args):
+        print(f"{aval} {source}")
 
 
 # --- eval_shape ---------------------------------------------------------------------------------
