@@ -339,10 +339,16 @@ class Tensor(_Methods):
         if isinstance(self._data, Tracer):
             state = "dead " if not self._data.builder.alive else ""
             return f"Traced<{self.aval}>({state}{self._data.builder.label})"
-        if self._data.array is None:
-            return f"<Tensor {self.aval} pending on {self.device}>"
-        body = np.array2string(self._data.array, separator=", ", prefix="Tensor(")
-        return f"Tensor({body}, dtype={self.dtype.name})"
+        if self._data.array is None:  # pending: compute it, as JAX shows an array's values
+            try:
+                _eager.realize([self._data])
+            except Exception as err:  # noqa: BLE001 - a repr must not raise (debuggers, notebooks)
+                return f"<Tensor {self.aval} pending on {self.device} (computing it failed: {type(err).__name__})>"
+        array = self._data.array
+        assert array is not None
+        body = np.array2string(array, separator=", ", prefix="Tensor(")
+        weak = ", weak_type=True" if self._weak else ""
+        return f"Tensor({body}, dtype={self.dtype.name}{weak})"
 
     def __str__(self) -> str:
         if isinstance(self._data, Tracer):
