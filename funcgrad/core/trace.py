@@ -102,9 +102,9 @@ def argument_names(fn: Callable[..., Any], args: Sequence[Any], positions: Seque
     for i, arg in enumerate(args):
         position = positions[i] if positions is not None else i
         label = f"argument '{parameters[position]}'" if position < len(parameters) else f"argument {position}"
-        names += [label + tree.keystr(path) for path, _ in tree.flatten_with_path(arg)]
+        names += [label + tree.keystr(path) for path, _ in tree.leaves_with_path(arg)]
     for key, value in (kwargs or {}).items():
-        names += [f"argument '{key}'" + tree.keystr(path) for path, _ in tree.flatten_with_path(value)]
+        names += [f"argument '{key}'" + tree.keystr(path) for path, _ in tree.leaves_with_path(value)]
     return names
 
 
