@@ -11,9 +11,9 @@ the plan:
 * writing (``x.at[index].set(v)`` and friends) turns every axis into an explicit coordinate array
   (an ``iota`` for slices) and binds one ``scatter``, so every index kind takes one update path.
 
-Out-of-range semantics are jax.numpy's: static Python integers are checked (``IndexError``, as in
-NumPy); negative entries of index arrays wrap once (``size`` is added); reads then clamp to the
-axis and updates out of range are dropped. Boolean masks need concrete values (the result's shape
+Out-of-range semantics are jax.numpy's: negative indices (integers and entries of index arrays)
+wrap once (``size`` is added); reads then clamp to the axis (``x.at[i].get(mode="fill")`` gives a
+fill value instead) and updates out of range are dropped; only an axis of size 0 raises IndexError. Boolean masks need concrete values (the result's shape
 depends on them), so under tracing they raise ``ConcretizationError``.
 """
 
@@ -45,7 +45,9 @@ from funcgrad.numpy.elementwise import (
     clip,
     divide,
     equal,
+    greater_equal,
     less,
+    logical_and,
     multiply,
     negative,
     power,
@@ -237,9 +239,11 @@ def _parse_index(shape: tuple[int, ...], index: Any) -> _IndexPlan:
             start, stop, step = _slice_bounds(value, size)
             axes.append(_AxisIndex("slice", source, start, len(range(start, stop, step)), step))
         elif kind == "int":
-            if not -size <= value < size:
-                raise IndexError(f"index {value} is out of bounds for axis {source} with size {size}")
-            if advanced:  # with array indices present, NumPy treats integers as 0-d arrays
+            if not -size <= value < size:  # as jax.numpy: reads clamp, updates are dropped
+                if size == 0:
+                    raise IndexError(f"index {value} is out of bounds for axis {source} with size 0")
+                axes.append(_AxisIndex("array", source, array=_normalize_static(np.asarray(value), size)))
+            elif advanced:  # with array indices present, NumPy treats integers as 0-d arrays
                 axes.append(_AxisIndex("array", source, array=np.asarray(value % size, np.int64)))
             else:
                 axes.append(_AxisIndex("int", source, value % size))
@@ -412,9 +416,26 @@ class IndexUpdateRef:
     def __repr__(self) -> str:
         return f"IndexUpdateRef({self.array!r}, {self.index!r})"
 
-    def get(self) -> Tensor:
-        """``x[index]``."""
-        return getitem(self.array, self.index)
+    def get(self, *, mode: str | None = None, fill_value: Any = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
+        """``x[index]``. ``mode``: None, "clip" or "promise_in_bounds" clamp out-of-range indices to
+        the axis; "fill" gives ``fill_value`` there instead (default NaN for floats, the smallest
+        value for signed integers, the largest for unsigned ones, True for bools), as JAX's."""
+        if mode in (None, "clip", "promise_in_bounds"):
+            return getitem(self.array, self.index)
+        if mode != "fill":
+            raise ValueError(f"x.at[...].get: mode must be None, 'clip', 'fill' or 'promise_in_bounds', got {mode!r}")
+        x = self.array
+        out = getitem(x, self.index)
+        plan = _parse_index(x.shape, self.index)
+        if not x.ndim:  # a 0-d array has no index to be out of range
+            return out
+        coords = _coordinates(plan)  # (*out.shape, x.ndim): where each element comes from
+        inside = logical_and(greater_equal(coords, np.int32(0)), less(coords, asarray(np.asarray(x.shape, np.int32))))
+        from funcgrad.numpy.reductions import all as all_
+        valid = all_(inside, axis=-1)
+        fill = _default_fill(x.dtype) if fill_value is None else fill_value
+        return where(valid, out, astype(asarray(fill), x.dtype))
 
     def set(self, values: ArrayLike) -> Tensor:
         """``x[index] = values``."""
@@ -449,6 +470,16 @@ class IndexUpdateRef:
     def max(self, values: ArrayLike) -> Tensor:
         """``x[index] = maximum(x[index], values)``."""
         return _scatter(self.array, self.index, values, "max")
+
+
+def _default_fill(dtype: np.dtype) -> Any:
+    """JAX's fill value for ``mode="fill"`` reads: NaN, the smallest signed or largest unsigned integer, True."""
+    if dtypes.is_float(dtype):
+        return np.asarray(np.nan, dtype)[()]
+    if dtypes.is_bool(dtype):
+        return np.True_
+    info = np.iinfo(dtype)
+    return np.asarray(info.max if dtypes.is_unsigned(dtype) else info.min, dtype)[()]
 
 
 def _ones_like(x: Tensor) -> Tensor:

@@ -155,7 +155,7 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
             axes_prefix = in_axes
         if isinstance(axes_prefix, tuple) and len(axes_prefix) != len(args):
             raise ValueError(f"vmap in_axes has {len(axes_prefix)} entries but the function was called "
-                             f"with {len(args)} positional arguments")
+                             f"with {len(args)} arguments")
         # keyword arguments are mapped over their leading axis, as JAX maps them (in_axes is positional)
         per_argument = axes_prefix if isinstance(axes_prefix, tuple) else (axes_prefix,) * len(args)
         if kwargs:

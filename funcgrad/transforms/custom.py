@@ -310,7 +310,7 @@ class custom_vjp(_CustomFunction):  # noqa: N801
             ct_leaves_in, ct_tree = tree.flatten(cts, is_leaf=lambda x: x is None)
             if len(cts) != in_tree.num_leaves and ct_tree.num_leaves != len(in_avals):
                 raise TypeError(f"the custom_vjp bwd of {name} returned {len(cts)} cotangents for "
-                                f"{len(diff)} differentiable arguments")
+                                f"{len(diff)} arguments")
             flat = [zeros(a) if c is None else as_tensor(c) for c, a in zip(ct_leaves_in, in_avals)]
             for c, a in zip(flat, in_avals):
                 if c.shape != a.shape:
