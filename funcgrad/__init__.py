@@ -22,8 +22,8 @@ from funcgrad import numpy
 from funcgrad import random
 from funcgrad.core.trace import make_ir
 from funcgrad.transforms import (
-    checkpoint, checkpoint_name, checkpoint_policies, print_saved_residuals, saved_residuals, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient,
-    value_and_grad, vjp, vmap,
+    checkpoint, checkpoint_name, checkpoint_policies, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd,
+    jacobian, jacrev, jvp, linearize, print_saved_residuals, saved_residuals, stop_gradient, value_and_grad, vjp, vmap,
 )
 from funcgrad.jit_runtime import jit
 from funcgrad import lax
@@ -41,7 +41,7 @@ __all__ = [
     "Array", "ConcretizationError", "Device", "config", "debug_infs", "debug_nans", "device_put", "devices",
     "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
     "checkpoint", "checkpoint_name", "checkpoint_policies", "print_saved_residuals", "saved_residuals",
-    "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
+    "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev",
     "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",
     "value_and_grad", "vjp", "vmap",
 ]

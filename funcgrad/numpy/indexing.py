@@ -13,8 +13,9 @@ the plan:
 
 Out-of-range semantics are jax.numpy's: negative indices (integers and entries of index arrays)
 wrap once (``size`` is added); reads then clamp to the axis (``x.at[i].get(mode="fill")`` gives a
-fill value instead) and updates out of range are dropped; only an axis of size 0 raises IndexError. Boolean masks need concrete values (the result's shape
-depends on them), so under tracing they raise ``ConcretizationError``.
+fill value instead) and updates out of range are dropped; only an axis of size 0 raises IndexError.
+Boolean masks need concrete values (the result's shape depends on them), so under tracing they
+raise ``ConcretizationError``.
 """
 
 from __future__ import annotations

@@ -511,6 +511,6 @@ def correlate(a: ArrayLike, v: ArrayLike, mode: str = "valid", *, precision: Any
 
 
 __all__ = [
-    "convolve", "correlate", "diagonal", "dot", "einsum", "inner", "kron", "matmul", "matrix_norm", "norm", "outer", "tensordot",
-    "trace", "vdot", "vecdot", "vector_norm",
+    "convolve", "correlate", "diagonal", "dot", "einsum", "inner", "kron", "matmul", "matrix_norm", "norm", "outer",
+    "tensordot", "trace", "vdot", "vecdot", "vector_norm",
 ]

@@ -414,6 +414,11 @@ def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable
     return _jacobian(fn, argnums, forward=False)
 
 
+def jacobian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
+    """JAX's ``jacobian``: the Jacobian by reverse mode (``jacrev``)."""
+    return jacrev(fn, argnums)
+
+
 def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
     """The Hessian: ``jacfwd(jacrev(fn))``."""
     return jacfwd(jacrev(fn, argnums), argnums)
