@@ -93,6 +93,9 @@ class _CustomFunction:
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else types.MethodType(self, instance)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError  # custom_jvp and custom_vjp define the call
+
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[Any], list[int]]:
         """(the differentiable arguments, the nondiff ones, the nondiff positions) of a call."""
         if kwargs:  # keywords go to their positions, as JAX resolves them
@@ -140,6 +143,13 @@ def _merge(positions: Sequence[int], nondiff: Sequence[Any], diff: Sequence[Any]
     for i in range(len(diff) + len(nondiff)):
         full.append(others[i] if i in others else next(it))
     return full
+
+
+def _with_weak_types(values: Sequence[Any], weak: Sequence[bool]) -> list[Any]:
+    """The rule's arguments with the weak types the call's arguments had (as JAX keeps them), so a
+    rule that calls the function again finds the IR traced for the call."""
+    return [Tensor._wrap(v._data, weak=w) if isinstance(v, Tensor) and v._weak != w else v
+            for v, w in zip(values, weak)]
 
 
 def _static_key(value: Any) -> Any:
@@ -213,8 +223,10 @@ class custom_jvp(_CustomFunction):  # noqa: N801 - named like JAX's decorator
         user_jvp = self.jvp
         out_avals = ir.out_avals
 
+        weak = [leaf._weak for leaf in leaves]
+
         def flat_jvp(primal_leaves: list[Any], tangent_leaves: list[Any]) -> tuple[list[Any], list[Any]]:
-            primals = tree.unflatten(in_tree, primal_leaves)
+            primals = tree.unflatten(in_tree, _with_weak_types(primal_leaves, weak))
             tangents = tree.unflatten(in_tree, tangent_leaves)
             out, tangent_out = user_jvp(*nondiff, primals, tangents)
             outs = [as_tensor(o) for o in tree.leaves(out)]
@@ -296,7 +308,10 @@ class custom_vjp(_CustomFunction):  # noqa: N801
         fwd, bwd = self.fwd, self.bwd
         res_trees: list[Any] = []
 
+        weak = [leaf._weak for leaf in leaves]
+
         def flat_fwd(arg_leaves: list[Any]) -> tuple[list[Any], list[Any]]:
+            arg_leaves = _with_weak_types(arg_leaves, weak)
             out, residuals = fwd(*_merge(positions, nondiff, tree.unflatten(in_tree, arg_leaves)))
             res_leaves, res_tree = tree.flatten(residuals)
             res_trees[:] = [res_tree]
@@ -597,8 +612,11 @@ def saved_residuals(fn: Callable[..., Any], *args: Any) -> list[tuple[ShapedArra
     lin = _Linearized(fn, args, False, "saved_residuals")
     names = argument_names(fn, args)
     known_ir = lin.known_ir
-    return [(atom.aval, _residual_source(known_ir, atom, names))
-            for atom in known_ir.outputs[len(known_ir.outputs) - lin.num_residuals:]]
+    residuals = list(known_ir.outputs[len(known_ir.outputs) - lin.num_residuals:])
+    inputs = {v.id: i for i, v in enumerate(known_ir.in_vars)}
+    # the arguments first, in their order (as JAX lists them), then the computed values
+    residuals.sort(key=lambda a: inputs.get(a.id, len(inputs)) if isinstance(a, Var) else len(inputs))
+    return [(atom.aval, _residual_source(known_ir, atom, names)) for atom in residuals]
 
 
 def _residual_source(ir: IR, atom: Any, arg_names: Sequence[str] | None) -> str:

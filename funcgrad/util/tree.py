@@ -319,8 +319,9 @@ class TreeDef:
             return
         kind = _kind_of(type(tree))
         if type(tree) is not self.node_type or kind is None:
-            raise ValueError(f"tree {tree!r} does not have the structure {self} (a {self.node_type.__name__} node "
-                             f"was expected, got {type(tree).__name__})")
+            raise ValueError(f"tree {tree!r} does not have the structure {self} (a "
+                             f"{getattr(self.node_type, '__name__', self.node_type)} node was expected, got "
+                             f"{type(tree).__name__})")
         children, aux = kind.flatten(tree)
         children = list(children)
         if aux != self.node_data or len(children) != len(self._children):
@@ -481,7 +482,8 @@ def register_pytree_node_class(cls: T) -> T:
     for method in ("tree_flatten", "tree_unflatten"):
         if not callable(getattr(cls, method, None)):
             raise TypeError(f"register_pytree_node_class: {cls.__qualname__} has no {method} method")
-    register(cls, lambda obj: obj.tree_flatten(), lambda aux, children: cls.tree_unflatten(aux, children))
+    rebuild: Any = cls
+    register(cls, lambda obj: obj.tree_flatten(), lambda aux, children: rebuild.tree_unflatten(aux, children))
     return cls
 
 
