@@ -213,6 +213,7 @@ class Jitted:
         # as JAX: a static argument is static however it is passed, so each name gets its position and
         # each position its name (from the signature, for parameters that can be passed both ways)
         self.static_argnums, self.static_argnames = _static_both_ways(fn, user_argnums, user_argnames)
+        self._positional = _positional_count(fn)
         self.trace_count = 0
         # the trace caches belong to (fn, options), as JAX's: jit(f) made twice traces f once
         shared = _shared_caches(fn, (self.static_argnums, self.static_argnames))
@@ -238,6 +239,9 @@ class Jitted:
         return self if instance is None else types.MethodType(self, instance)
 
     def _check_argnums(self, count: int) -> None:
+        """A ``static_argnums`` must name a positional parameter (of the signature where it has no
+        ``*args``, as JAX checks; else of this call); one passed by keyword is fine."""
+        count = self._positional if self._positional is not None else count
         for n in self._user_argnums:
             if not -count <= n < count:
                 raise ValueError(f"jit({self.name}): static_argnums {n} is out of range for {count} "
@@ -313,7 +317,8 @@ class Jitted:
     def _positional_split(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
         """(the dynamic arguments, the static ones) of a call without keywords; None where a
         ``static_argnums`` is out of range (the full path raises)."""
-        if not all(-len(args) <= n < len(args) for n in self._user_argnums):
+        limit = self._positional if self._positional is not None else len(args)
+        if not all(-limit <= n < limit for n in self._user_argnums):
             return None
         positions = self._positions(len(args))
         return (tuple([a for i, a in enumerate(args) if i not in positions]),
@@ -482,6 +487,17 @@ def _static_both_ways(fn: Callable[..., Any], argnums: tuple[int, ...],
                        if name is not None and name not in argnames
                        and any(n == i or n == i - len(both_ways) for n in argnums))
     return argnums + more_nums, argnames + more_names
+
+
+def _positional_count(fn: Callable[..., Any]) -> int | None:
+    """How many positional parameters ``fn`` has; None with ``*args`` or without a signature."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
 
 
 class _SharedCaches:
