@@ -77,9 +77,9 @@ def test_jit_trace_cache_matches_jax_counts() -> None:
     jax = pytest.importorskip("jax")
     counts = {}
     for name, (jit, xp) in {"jax": (jax.jit, jax.numpy), "funcgrad": (fg.jit, fnp)}.items():
-        traces = []
+        traces: list[int] = []
 
-        def f(x, n):
+        def f(x, n, traces=traces):
             traces.append(1)
             return x * n
 
@@ -137,7 +137,8 @@ def test_convolve_is_differentiable_and_checks_its_input() -> None:
 def test_at_get_fill_and_static_out_of_range_indices() -> None:
     x = fnp.arange(5.0)
     assert x.at[10].get(mode="fill", fill_value=-1).item() == -1
-    np.testing.assert_array_equal(x.at[fnp.asarray([1, 10, -1, -7])].get(mode="fill").numpy(), [1.0, np.nan, 4.0, np.nan])
+    np.testing.assert_array_equal(x.at[fnp.asarray([1, 10, -1, -7])].get(mode="fill").numpy(),
+                                  [1.0, np.nan, 4.0, np.nan])
     m = fnp.arange(12).reshape(3, 4)
     np.testing.assert_array_equal(m.at[:, [0, 5]].get(mode="fill", fill_value=-1).numpy(),
                                   [[0, -1], [4, -1], [8, -1]])
@@ -192,23 +193,28 @@ LAX_CASES: dict[str, Any] = {
     "max": lambda L, x, y, i, j: L.max(x, y), "min": lambda L, x, y, i, j: L.min(x, 0.0),
     "exp": lambda L, x, y, i, j: L.exp(x), "tanh": lambda L, x, y, i, j: L.tanh(x),
     "round": lambda L, x, y, i, j: L.round(x), "round_even": lambda L, x, y, i, j: L.round(x, 1),
-    "integer_pow": lambda L, x, y, i, j: L.integer_pow(x, 3), "integer_pow_neg": lambda L, x, y, i, j: L.integer_pow(y, -2),
+    "integer_pow": lambda L, x, y, i, j: L.integer_pow(x, 3),
+    "integer_pow_neg": lambda L, x, y, i, j: L.integer_pow(y, -2),
     "clamp": lambda L, x, y, i, j: L.clamp(-1.0, x, 1.0), "square": lambda L, x, y, i, j: L.square(x),
     "reciprocal": lambda L, x, y, i, j: L.reciprocal(y),
     "shift_right_logical": lambda L, x, y, i, j: L.shift_right_logical(i, np.ones(3, np.int32)),
     "shift_right_arithmetic": lambda L, x, y, i, j: L.shift_right_arithmetic(i, np.ones(3, np.int32)),
     "dot_general": lambda L, x, y, i, j: L.dot_general(x, y, (((1,), (1,)), ((), ()))),
     "dot": lambda L, x, y, i, j: L.dot(y, L.transpose(y, (1, 0))),
-    "reduce_sum": lambda L, x, y, i, j: L.reduce_sum(x, (1,)), "reduce_max": lambda L, x, y, i, j: L.reduce_max(x, (0,)),
+    "reduce_sum": lambda L, x, y, i, j: L.reduce_sum(x, (1,)),
+    "reduce_max": lambda L, x, y, i, j: L.reduce_max(x, (0,)),
     "rev": lambda L, x, y, i, j: L.rev(x, (0,)), "pad": lambda L, x, y, i, j: L.pad(x, 0.0, [(1, 0, 0), (0, 2, 0)]),
     "slice": lambda L, x, y, i, j: L.slice(x, (0, 1), (2, 3)),
     "dynamic_slice": lambda L, x, y, i, j: L.dynamic_slice(x, (1, 1), (1, 2)),
     "broadcast": lambda L, x, y, i, j: L.broadcast(i, (2,)), "iota": lambda L, x, y, i, j: L.iota(np.int32, 4),
     "broadcasted_iota": lambda L, x, y, i, j: L.broadcasted_iota(np.int32, (2, 3), 1),
-    "cumsum": lambda L, x, y, i, j: L.cumsum(x, 1), "cumsum_reverse": lambda L, x, y, i, j: L.cumsum(x, 1, reverse=True),
+    "cumsum": lambda L, x, y, i, j: L.cumsum(x, 1),
+    "cumsum_reverse": lambda L, x, y, i, j: L.cumsum(x, 1, reverse=True),
     "sort": lambda L, x, y, i, j: L.sort(x, 1), "expand_dims": lambda L, x, y, i, j: L.expand_dims(i, (0,)),
-    "reshape": lambda L, x, y, i, j: L.reshape(x, (3, 2)), "reshape_dims": lambda L, x, y, i, j: L.reshape(x, (3, 2), (1, 0)),
-    "argmax": lambda L, x, y, i, j: L.argmax(x, 1, np.int32), "convert": lambda L, x, y, i, j: L.convert_element_type(x, np.int32),
+    "reshape": lambda L, x, y, i, j: L.reshape(x, (3, 2)),
+    "reshape_dims": lambda L, x, y, i, j: L.reshape(x, (3, 2), (1, 0)),
+    "argmax": lambda L, x, y, i, j: L.argmax(x, 1, np.int32),
+    "convert": lambda L, x, y, i, j: L.convert_element_type(x, np.int32),
     "atan2": lambda L, x, y, i, j: L.atan2(x, y), "ne": lambda L, x, y, i, j: L.ne(x, y),
     "concatenate": lambda L, x, y, i, j: L.concatenate([x, y], 0),
 }
@@ -218,13 +224,19 @@ def _lax_reference(case: str) -> np.ndarray:
     x, y, i, j = XS.astype(np.float64), YS.astype(np.float64), IS, JS
     return {
         "add": x + y, "sub": x - 1, "mul": x * y, "div": x / y, "div_int": np.trunc(i / j).astype(np.int32),
-        "rem_int": np.fmod(i, j), "max": np.maximum(x, y), "min": np.minimum(x, 0), "exp": np.exp(x), "tanh": np.tanh(x),
+        "rem_int": np.fmod(i, j),
+        "max": np.maximum(x, y),
+        "min": np.minimum(x, 0),
+        "exp": np.exp(x),
+        "tanh": np.tanh(x),
         "round": np.sign(x) * np.floor(np.abs(x) + 0.5), "round_even": np.round(x), "integer_pow": x ** 3,
         "integer_pow_neg": y ** -2.0, "clamp": np.clip(x, -1, 1), "square": x * x, "reciprocal": 1 / y,
         "shift_right_logical": (i.view(np.uint32) >> 1).view(np.int32), "shift_right_arithmetic": i >> 1,
         "dot_general": x @ y.T, "dot": y @ y.T, "reduce_sum": x.sum(1), "reduce_max": x.max(0), "rev": x[::-1],
         "pad": np.pad(x, [(1, 0), (0, 2)]), "slice": x[0:2, 1:3], "dynamic_slice": x[1:2, 1:3],
-        "broadcast": np.broadcast_to(i, (2, 3)), "iota": np.arange(4), "broadcasted_iota": np.broadcast_to(np.arange(3), (2, 3)),
+        "broadcast": np.broadcast_to(i, (2, 3)),
+        "iota": np.arange(4),
+        "broadcasted_iota": np.broadcast_to(np.arange(3), (2, 3)),
         "cumsum": np.cumsum(x, 1), "cumsum_reverse": np.cumsum(x[:, ::-1], 1)[:, ::-1], "sort": np.sort(x, 1),
         "expand_dims": i[None], "reshape": x.reshape(3, 2), "reshape_dims": x.T.reshape(3, 2), "argmax": x.argmax(1),
         "convert": np.trunc(x).astype(np.int32), "atan2": np.arctan2(x, y), "ne": x != y,
