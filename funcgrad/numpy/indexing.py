@@ -217,7 +217,7 @@ def _expand_ellipsis(items: list[tuple[str, Any]], ndim: int) -> list[tuple[str,
 def _parse_index(shape: tuple[int, ...], index: Any) -> _IndexPlan:
     items = _expand_ellipsis([_classify(item) for item in (index if isinstance(index, tuple) else (index,))],
                              len(shape))
-    advanced = any(kind in ("array", "mask", "bool") for kind, _ in items)
+    advanced = any(kind in ("array", "mask", "bool") for kind, _ in items) or _any_int_out_of_range(items, shape)
     axes: list[_AxisIndex] = []
     gap = -1  # where an empty ellipsis sits among the axes
     source = 0
@@ -264,6 +264,17 @@ def _parse_index(shape: tuple[int, ...], index: Any) -> _IndexPlan:
     # NumPy's rule: adjacent advanced indices replace their axes in place; separated ones go first
     batch_position = sum(ax.kind == "slice" for ax in axes[:positions[0]]) if adjacent else 0
     return _IndexPlan(tuple(axes), expanded, batch_shape, batch_position)
+
+
+def _any_int_out_of_range(items: list[tuple[str, Any]], shape: tuple[int, ...]) -> bool:
+    """Whether an integer index lies outside its axis: it then becomes a 0-d index array (clamped on
+    reads, dropped on updates), and so do the other integers, as NumPy treats integers among arrays."""
+    source = 0
+    for kind, value in items:
+        if kind == "int" and source < len(shape) and not -shape[source] <= value < shape[source]:
+            return True
+        source += _consumed(kind, value) if kind != "gap" else 0
+    return False
 
 
 def _slice_bounds(index: slice, size: int) -> tuple[int, int, int]:
@@ -438,39 +449,63 @@ class IndexUpdateRef:
         fill = _default_fill(x.dtype) if fill_value is None else fill_value
         return where(valid, out, astype(asarray(fill), x.dtype))
 
-    def set(self, values: ArrayLike) -> Tensor:
+    def set(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
         """``x[index] = values``."""
+        _check_update_mode("set", mode)
         return _scatter(self.array, self.index, values, "set")
 
-    def add(self, values: ArrayLike) -> Tensor:
+    def add(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
         """``x[index] += values``."""
+        _check_update_mode("add", mode)
         return _scatter(self.array, self.index, values, "add")
 
-    def subtract(self, values: ArrayLike) -> Tensor:
+    def subtract(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+                 unique_indices: bool = False) -> Tensor:
         """``x[index] -= values``."""
+        _check_update_mode("subtract", mode)
         return _scatter(self.array, self.index, negative(astype(asarray(values), self.array.dtype)), "add")
 
-    def multiply(self, values: ArrayLike) -> Tensor:
+    def multiply(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+                 unique_indices: bool = False) -> Tensor:
         """``x[index] *= values``."""
+        _check_update_mode("multiply", mode)
         return _scatter(self.array, self.index, values, "mul")
 
     mul = multiply
 
-    def divide(self, values: ArrayLike) -> Tensor:
+    def divide(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+               unique_indices: bool = False) -> Tensor:
         """``x[index] /= values`` (true division, so integer arrays give floats, as in JAX)."""
+        _check_update_mode("divide", mode)
         return divide(self.array, _scatter(_ones_like(self.array), self.index, values, "mul"))
 
-    def power(self, values: ArrayLike) -> Tensor:
+    def power(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+              unique_indices: bool = False) -> Tensor:
         """``x[index] **= values``."""
+        _check_update_mode("power", mode)
         return power(self.array, _scatter(_ones_like(self.array), self.index, values, "mul"))
 
-    def min(self, values: ArrayLike) -> Tensor:
+    def min(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
         """``x[index] = minimum(x[index], values)``."""
+        _check_update_mode("min", mode)
         return _scatter(self.array, self.index, values, "min")
 
-    def max(self, values: ArrayLike) -> Tensor:
+    def max(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
         """``x[index] = maximum(x[index], values)``."""
+        _check_update_mode("max", mode)
         return _scatter(self.array, self.index, values, "max")
+
+
+def _check_update_mode(method: str, mode: str | None) -> None:
+    """Updates drop out-of-range indices (JAX's default, "drop"; "fill" means the same for updates and
+    "promise_in_bounds" lets JAX assume there are none); JAX's "clip" is not supported."""
+    if mode not in (None, "drop", "fill", "promise_in_bounds"):
+        raise ValueError(f"x.at[...].{method}: mode must be None, 'drop', 'fill' or 'promise_in_bounds', got "
+                         f"{mode!r} (out-of-range updates are dropped; clamping them, mode='clip', is not supported)")
 
 
 def _default_fill(dtype: np.dtype) -> Any:

@@ -147,6 +147,10 @@ def test_at_get_fill_and_static_out_of_range_indices() -> None:
     assert x.at[10].set(7.0).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]  # dropped, as JAX
     with pytest.raises(ValueError, match="mode must be"):
         x.at[0].get(mode="wrap")
+    assert x.at[7].set(1.0, mode="drop").tolist() == x.tolist()
+    assert x.at[1].add(2.0, mode="promise_in_bounds", unique_indices=True).tolist() == [0.0, 3.0, 2.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match=r"x.at\[...\].set: mode must be None, 'drop'.*'clip', is not supported"):
+        x.at[1].set(0.0, mode="clip")
 
 
 def test_at_get_fill_matches_jax() -> None:
