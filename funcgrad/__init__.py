@@ -31,14 +31,15 @@ from funcgrad import nn
 from funcgrad import datasets
 from funcgrad.util import config  # fg.config.update("debug_nans", True), as jax.config
 from funcgrad.nan_check import debug_infs, debug_nans
-from funcgrad.placement import device_put
+from funcgrad.placement import block_until_ready, device_put
 
 remat = checkpoint
 
 from funcgrad.util.version import __version__
 
 __all__ = [
-    "Array", "ConcretizationError", "Device", "config", "debug_infs", "debug_nans", "device_put", "devices",
+    "Array", "ConcretizationError", "Device", "block_until_ready", "config", "debug_infs", "debug_nans",
+    "device_put", "devices",
     "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
     "checkpoint", "checkpoint_name", "checkpoint_policies", "print_saved_residuals", "saved_residuals",
     "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev",

@@ -93,6 +93,9 @@ def test_jit_trace_cache_matches_jax_counts() -> None:
 def test_block_until_ready_and_make_ir_attributes() -> None:
     x = fnp.arange(3.0) * 2
     assert x.block_until_ready() is x and x._data.realized
+    tree_in = {"a": fnp.ones(2) + 1, "b": [fnp.zeros(1) - 1, 3]}
+    assert fg.block_until_ready(tree_in) is tree_in
+    assert tree_in["a"]._data.realized and tree_in["b"][0]._data.realized
     ir = fg.make_ir(lambda x: fnp.sin(x) * 2)(fnp.ones(3))
     assert ir.jaxpr is ir and [e.primitive.name for e in ir.jaxpr.eqns] == ["sin", "mul"]
     assert ir.invars == ir.in_vars and ir.outvars == ir.outputs and ir.constvars == ir.const_vars
