@@ -22,8 +22,8 @@ from funcgrad import numpy
 from funcgrad import random
 from funcgrad.core.trace import make_ir
 from funcgrad.transforms import (
-    checkpoint, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacrev, jvp, linearize, stop_gradient,
-    value_and_grad, vjp, vmap,
+    checkpoint, checkpoint_name, checkpoint_policies, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd,
+    jacobian, jacrev, jvp, linearize, print_saved_residuals, saved_residuals, stop_gradient, value_and_grad, vjp, vmap,
 )
 from funcgrad.jit_runtime import jit
 from funcgrad import lax
@@ -31,16 +31,18 @@ from funcgrad import nn
 from funcgrad import datasets
 from funcgrad.util import config  # fg.config.update("debug_nans", True), as jax.config
 from funcgrad.nan_check import debug_infs, debug_nans
-from funcgrad.placement import device_put
+from funcgrad.placement import block_until_ready, device_put
 
 remat = checkpoint
 
 from funcgrad.util.version import __version__
 
 __all__ = [
-    "Array", "ConcretizationError", "Device", "config", "debug_infs", "debug_nans", "device_put", "devices",
+    "Array", "ConcretizationError", "Device", "block_until_ready", "config", "debug_infs", "debug_nans",
+    "device_put", "devices",
     "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
-    "checkpoint", "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
+    "checkpoint", "checkpoint_name", "checkpoint_policies", "print_saved_residuals", "saved_residuals",
+    "custom_jvp", "custom_vjp", "datasets", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev",
     "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",
     "value_and_grad", "vjp", "vmap",
 ]

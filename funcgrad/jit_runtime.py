@@ -31,9 +31,11 @@ above writes into the caller's objects; cached calls run concurrently.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -219,13 +221,21 @@ class Jitted:
         if not callable(fn):
             raise TypeError(f"jit expects a callable, got {type(fn).__name__}")
         self.fn = fn
-        self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
-        self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        user_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        user_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        self._user_argnums = user_argnums  # checked against each call's arguments (the inferred ones are not)
+        self._user_argnames = user_argnames  # as given, for the repr
+        # as JAX: a static argument is static however it is passed, so each name gets its position and
+        # each position its name (from the signature, for parameters that can be passed both ways)
+        self.static_argnums, self.static_argnames = _static_both_ways(fn, user_argnums, user_argnames)
+        self._positional = _positional_count(fn)
         self.trace_count = 0
-        self._cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)
-        self._simple_cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)  # keyed by argument types only
-        self._fast: dict[Any, FastCall | None] = {}  # the same keys: the fast path (a plain dict: no lock to read)
-        self._fast_lock = threading.Lock()
+        # the trace caches belong to (fn, options), as JAX's: jit(f) made twice traces f once
+        shared = _shared_caches(fn, (self.static_argnums, self.static_argnames))
+        self._cache: LRUCache[Any, Entry] = shared.cache
+        self._simple_cache: LRUCache[Any, Entry] = shared.simple_cache  # keyed by argument types only
+        self._fast: dict[Any, FastCall | None] = shared.fast  # the same keys: the fast path (a plain dict)
+        self._fast_lock = shared.fast_lock
         self.fast_calls = 0  # calls that took the fast path (for tests; not exact under threads)
         self._static_positions: dict[int, tuple[int, ...]] = {}  # number of arguments -> static positions
         self._last_key: Any = None
@@ -239,7 +249,7 @@ class Jitted:
         return getattr(self.fn, "__name__", "fn")
 
     def __repr__(self) -> str:
-        options = (("static_argnums", self.static_argnums), ("static_argnames", self.static_argnames))
+        options = (("static_argnums", self._user_argnums), ("static_argnames", self._user_argnames))
         statics = "".join(f", {label}={value!r}" for label, value in options if value)
         return f"jit({self.name}{statics}, traced {self.trace_count} time{'s' if self.trace_count != 1 else ''})"
 
@@ -254,12 +264,32 @@ class Jitted:
     def __deepcopy__(self, memo: dict[int, Any]) -> Jitted:
         return self
 
-    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], Callable[..., Any]]:
-        for n in self.static_argnums:
-            if not -len(args) <= n < len(args):
-                raise ValueError(f"jit({self.name}): static_argnums {n} is out of range for {len(args)} "
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        """Used as a method decorator (``@partial(jit, static_argnums=0) def calc(self, y)``), the
+        jitted function binds ``self`` as a plain function would."""
+        return self if instance is None else types.MethodType(self, instance)
+
+    def _check_argnums(self, count: int) -> None:
+        """A ``static_argnums`` must name a positional parameter (of the signature where it has no
+        ``*args``, as JAX checks; else of this call); one passed by keyword is fine."""
+        count = self._positional if self._positional is not None else count
+        for n in self._user_argnums:
+            if not -count <= n < count:
+                raise ValueError(f"jit({self.name}): static_argnums {n} is out of range for {count} "
                                  "positional arguments")
-        static_pos = sorted({n % len(args) for n in self.static_argnums}) if args else []
+
+    def _positions(self, count: int) -> tuple[int, ...]:
+        """The static positions among ``count`` positional arguments (a position inferred from a
+        static name but passed by keyword is simply absent)."""
+        positions = self._static_positions.get(count)
+        if positions is None:
+            positions = self._static_positions[count] = tuple(sorted(
+                {n % count for n in self.static_argnums if -count <= n < count}))
+        return positions
+
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], Callable[..., Any]]:
+        self._check_argnums(len(args))
+        static_pos = list(self._positions(len(args)))
         static_values: tuple[tuple[int | str, Any], ...] = tuple((n, args[n]) for n in static_pos)
         static_values += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
         for where, value in static_values:
@@ -318,11 +348,10 @@ class Jitted:
     def _positional_split(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
         """(the dynamic arguments, the static ones) of a call without keywords; None where a
         ``static_argnums`` is out of range (the full path raises)."""
-        positions = self._static_positions.get(len(args))
-        if positions is None:
-            if not all(-len(args) <= n < len(args) for n in self.static_argnums):
-                return None
-            positions = self._static_positions[len(args)] = tuple(sorted({n % len(args) for n in self.static_argnums}))
+        limit = self._positional if self._positional is not None else len(args)
+        if not all(-limit <= n < limit for n in self._user_argnums):
+            return None
+        positions = self._positions(len(args))
         return (tuple([a for i, a in enumerate(args) if i not in positions]),
                 tuple([args[i] for i in positions]))
 
@@ -384,8 +413,9 @@ class Jitted:
             entry = self._cache.get(key)  # another thread may have traced it meanwhile
             if entry is not None:
                 return entry, leaves, True
-            names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in
-                                                          {n % len(args) for n in self.static_argnums}], dynamic[1])
+            static_pos = set(self._positions(len(args)))
+            names = argument_names(self.fn, dynamic[0], [i for i in range(len(args)) if i not in static_pos],
+                                   dynamic[1])
             self._explain_retrace(key, names)
             from funcgrad.lower.plan import record_trace
             from funcgrad.random import recording_keys
@@ -468,6 +498,66 @@ class Compiled:
         if self.lowered.write_back is not None:
             self.lowered.write_back.apply(leaves, outs[n:])
         return tree.unflatten(self.lowered.out_tree, outs[:n])
+
+
+def _static_both_ways(fn: Callable[..., Any], argnums: tuple[int, ...],
+                      argnames: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """``(static_argnums, static_argnames)`` completed from ``fn``'s signature: the position of each
+    static name and the name of each static position (as JAX's jit infers them)."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or a callable without a signature: nothing to infer
+        return argnums, argnames
+    for name in argnames:
+        if not isinstance(name, str):
+            raise TypeError(f"jit: static_argnames must be strings, got {name!r}")
+    both_ways = [p.name if p.kind is p.POSITIONAL_OR_KEYWORD else None
+                 for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    more_nums = tuple(i for i, name in enumerate(both_ways) if name in argnames and i not in argnums)
+    more_names = tuple(name for i, name in enumerate(both_ways)
+                       if name is not None and name not in argnames
+                       and any(n == i or n == i - len(both_ways) for n in argnums))
+    return argnums + more_nums, argnames + more_names
+
+
+def _positional_count(fn: Callable[..., Any]) -> int | None:
+    """How many positional parameters ``fn`` has; None with ``*args`` or without a signature."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
+
+
+class _SharedCaches:
+    """The caches that every ``jit(fn, same options)`` shares."""
+
+    def __init__(self) -> None:
+        self.cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)
+        self.simple_cache: LRUCache[Any, Entry] = LRUCache(JIT_CACHE_SIZE)
+        self.fast: dict[Any, FastCall | None] = {}
+        self.fast_lock = threading.Lock()
+
+
+# fn -> options -> its caches; weak on fn, so the caches go with the function
+_CACHES_BY_FUNCTION: weakref.WeakKeyDictionary[Any, dict[Any, _SharedCaches]] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def _shared_caches(fn: Callable[..., Any], options: Any) -> _SharedCaches:
+    """The caches of ``(fn, options)``; fresh ones where ``fn`` cannot be weakly referenced or is
+    not hashable (a bound method is made anew on each attribute access: its caches would not be found)."""
+    try:
+        with _CACHES_LOCK:
+            per_options = _CACHES_BY_FUNCTION.setdefault(fn, {})
+            shared = per_options.get(options)
+            if shared is None:
+                shared = per_options[options] = _SharedCaches()
+            return shared
+    except TypeError:
+        return _SharedCaches()
 
 
 def _aliases(leaves: list[Any]) -> tuple[int, ...] | None:

@@ -24,3 +24,12 @@ def device_put(x: Any, device: str | None = None) -> Any:
         return leaf.to(target) if isinstance(leaf, Tensor) else Tensor(leaf, device=target)
 
     return tree.map(put, x)
+
+
+def block_until_ready(x: Any) -> Any:
+    """Compute every Tensor leaf of ``x`` now and return ``x`` (as ``jax.block_until_ready``); other
+    leaves pass through."""
+    for leaf in tree.leaves(x):
+        if isinstance(leaf, Tensor):
+            leaf.block_until_ready()
+    return x

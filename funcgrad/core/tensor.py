@@ -27,7 +27,7 @@ import numpy as np
 from funcgrad.ir import dtypes
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive, convert_element_type_p
-from funcgrad.ir.tracing import ConcretizationError, IRBuilder, Tracer, check_alive, current_builder
+from funcgrad.ir.tracing import ConcretizationError, IRBuilder, Tracer, check_alive, current_builder, suspended
 from funcgrad.util import config as _config
 
 # --- the hooks the layers above register ---------------------------------------------------------
@@ -264,9 +264,12 @@ class Tensor(_Methods):
         return self.shape[0]
 
     # --- getting concrete values --------------------------------------------------------------
-    def _concrete(self, what: str) -> np.ndarray:
+    def _concrete(self, what: str, known_ok: bool = False) -> np.ndarray:
         if isinstance(self._data, Tracer):
             check_alive(self._data)
+            value = known_value(self) if known_ok else None
+            if value is not None:  # grad/jvp/vjp outside jit: the value is known (Python control flow works)
+                return value._concrete(what)
             behind = self._data.builder.inputs_behind(self._data.var)
             source = f" It depends on the traced {', '.join(behind)}." if behind else ""
             raise ConcretizationError(
@@ -284,6 +287,11 @@ class Tensor(_Methods):
         already computed; tinygrad's ``Tensor.realize(a, b)``); returns ``self``."""
         realize_all((self, *lst))
         return self
+
+    def block_until_ready(self) -> Tensor:
+        """Wait until the value is computed (JAX's spelling of ``realize``); returns ``self``. A traced
+        value has nothing to wait for and is returned as is."""
+        return self if isinstance(self._data, Tracer) else self.realize()
 
     def numpy(self) -> np.ndarray:
         """A NumPy copy of the value. >>> Tensor([1, 2]).numpy()  # array([1, 2], dtype=int32)"""
@@ -352,24 +360,24 @@ class Tensor(_Methods):
     def item(self) -> Any:
         if self.size != 1:
             raise ValueError(f"item() needs an array with one element, this one has shape {self.shape}")
-        return self._concrete("item()").item()
+        return self._concrete("item()", True).item()
 
     def __bool__(self) -> bool:
         if self.size != 1:
             raise ValueError(f"the truth value of an array of shape {self.shape} is ambiguous; "
                              "use .any() or .all()")
-        return bool(self._concrete("bool()").item())
+        return bool(self._concrete("bool()", True).item())
 
     def __int__(self) -> int:
-        return int(self._concrete("int()").item())
+        return int(self._concrete("int()", True).item())
 
     def __float__(self) -> float:
-        return float(self._concrete("float()").item())
+        return float(self._concrete("float()", True).item())
 
     def __index__(self) -> int:
         if not dtypes.is_int(self.dtype) or self.size != 1:
             raise TypeError(f"only integer scalar arrays can be used as an index, got {self.aval}")
-        return int(self._concrete("using an array as a Python index").item())
+        return int(self._concrete("using an array as a Python index", True).item())
 
     def __hash__(self) -> int:
         raise TypeError("Tensors are unhashable (use them as static arguments via a tuple of values)")
@@ -383,10 +391,16 @@ class Tensor(_Methods):
         if isinstance(self._data, Tracer):
             state = "dead " if not self._data.builder.alive else ""
             return f"Traced<{self.aval}>({state}{self._data.builder.label})"
-        if self._data.array is None:
-            return f"<Tensor {self.aval} pending on {self.device}>"
-        body = np.array2string(self._data.array, separator=", ", prefix="Tensor(")
-        return f"Tensor({body}, dtype={self.dtype.name})"
+        if self._data.array is None:  # pending: compute it, as JAX shows an array's values
+            try:
+                _eager.realize([self._data])
+            except Exception as err:  # noqa: BLE001 - a repr must not raise (debuggers, notebooks)
+                return f"<Tensor {self.aval} pending on {self.device} (computing it failed: {type(err).__name__})>"
+        array = self._data.array
+        assert array is not None
+        body = np.array2string(array, separator=", ", prefix="Tensor(")
+        weak = ", weak_type=True" if self._weak else ""
+        return f"Tensor({body}, dtype={self.dtype.name}{weak})"
 
     def __str__(self) -> str:
         if isinstance(self._data, Tracer):
@@ -514,6 +528,57 @@ def bind(primitive: Primitive, *operands: Any, **params: Any) -> Any:
         _record_sources(data)
     outs = tuple(Tensor._wrap(d) for d in data)
     return outs if primitive.multiple_results else outs[0]
+
+
+def known_value(tensor: Tensor) -> Tensor | None:
+    """The concrete value a traced ``tensor`` stands for, where its trace knows its inputs' values
+    (``IRBuilder.known``: grad, jvp and vjp set it outside jit) and every value it depends on is
+    known; None otherwise. Computed on demand, by binding the equations it depends on eagerly (the
+    trace is suspended meanwhile), and remembered in the trace."""
+    data = tensor._data
+    if not isinstance(data, Tracer):
+        return tensor
+    builder = data.builder
+    known = builder.known
+    if known is None or not builder.alive:
+        return None
+    builder.read_known = True
+    if data.var.id in known:
+        value = known[data.var.id]
+        return value if not value.is_traced else known_value(value)
+    needed = {data.var.id}
+    eqns = []
+    for eqn in reversed(builder.eqns):
+        if any(v.id in needed for v in eqn.outputs):
+            eqns.append(eqn)
+            needed.update(a.id for a in eqn.inputs if not isinstance(a, Literal) and a.id not in known)
+    env: dict[int, Any] = {}
+    for var, value in zip(builder.const_vars, builder.consts):
+        if var.id in needed:
+            resolved = known_value(value) if isinstance(value, Tensor) else value
+            if resolved is None:
+                return None
+            env[var.id] = resolved
+    for var in builder.in_vars:
+        if var.id in needed:
+            return None  # an input whose value is not known (it is abstract)
+    with suspended():
+        for eqn in reversed(eqns):
+            operands = []
+            for atom in eqn.inputs:
+                if isinstance(atom, Literal):
+                    operands.append(atom.value)
+                elif atom.id in env:
+                    operands.append(env[atom.id])
+                else:
+                    resolved = known_value(known[atom.id])
+                    if resolved is None:
+                        return None
+                    operands.append(resolved)
+            outs = bind(eqn.primitive, *operands, **eqn.param_dict)
+            for var, value in zip(eqn.outputs, outs if eqn.primitive.multiple_results else (outs,)):
+                env[var.id] = known[var.id] = value
+    return env[data.var.id]
 
 
 def evaluate(ir: IR, *args: Any, consts: Sequence[Any] | None = None) -> list[Any]:

@@ -65,19 +65,27 @@ def as_output(value: Any) -> Tensor | np.generic:
 
 
 def trace_flat(fn: Callable[..., Any], in_avals: Sequence[tuple[ShapedArray, bool]], in_tree: Any,
-               label: str, input_names: Sequence[str] | None = None) -> tuple[IR, Any]:
+               label: str, input_names: Sequence[str] | None = None,
+               known: Sequence[Any] | None = None, read_known: list[bool] | None = None) -> tuple[IR, Any]:
     """Trace ``fn(*unflatten(in_tree, inputs))`` with one IR input per aval; returns (IR, out_tree).
 
-    ``in_tree`` describes the positional argument tuple ``(args...)``.
+    ``in_tree`` describes the positional argument tuple ``(args...)``. ``known``: the inputs' values
+    (Tensors; a traced one stands for its own trace's known value), for traces whose Python control
+    flow may read them (grad, jvp and vjp outside jit); the trace stays abstract without it.
+    ``read_known`` (a list) gets whether ``fn`` read one of them (its IR then holds for these values only).
     """
     with new_trace(label) as builder:
         tracers = [builder.new_input(aval) for aval, _ in in_avals]
         builder.input_names.update((t.var.id, n) for t, n in zip(tracers, input_names or ()))
+        if known is not None:
+            builder.known = {t.var.id: value for t, value in zip(tracers, known)}
         inputs = [Tensor._wrap(t, weak=weak) for t, (_, weak) in zip(tracers, in_avals)]
         out = fn(*tree.unflatten(in_tree, inputs))
         out_leaves, out_tree = tree.flatten(out)
         atoms = [_atom_for(builder, as_output(leaf)) for leaf in out_leaves]
         ir = builder.build(atoms)
+    if read_known is not None:
+        read_known.append(builder.read_known)
     return ir, out_tree
 
 
@@ -94,9 +102,9 @@ def argument_names(fn: Callable[..., Any], args: Sequence[Any], positions: Seque
     for i, arg in enumerate(args):
         position = positions[i] if positions is not None else i
         label = f"argument '{parameters[position]}'" if position < len(parameters) else f"argument {position}"
-        names += [label + tree.keystr(path) for path, _ in tree.flatten_with_path(arg)]
+        names += [label + tree.keystr(path) for path, _ in tree.leaves_with_path(arg)]
     for key, value in (kwargs or {}).items():
-        names += [f"argument '{key}'" + tree.keystr(path) for path, _ in tree.flatten_with_path(value)]
+        names += [f"argument '{key}'" + tree.keystr(path) for path, _ in tree.leaves_with_path(value)]
     return names
 
 

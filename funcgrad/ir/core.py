@@ -114,6 +114,15 @@ class Eqn:
     def param_dict(self) -> dict[str, Any]:
         return dict(self.params)
 
+    # JAX's JaxprEqn spellings, for code written against jaxprs (``eqn.invars``, ``eqn.outvars``)
+    @property
+    def invars(self) -> tuple[Atom, ...]:
+        return self.inputs
+
+    @property
+    def outvars(self) -> tuple[Var, ...]:
+        return self.outputs
+
 
 @attrs.frozen(eq=False)
 class IR:
@@ -137,6 +146,24 @@ class IR:
     @property
     def out_avals(self) -> tuple[ShapedArray, ...]:
         return tuple(a.aval for a in self.outputs)
+
+    # JAX's ClosedJaxpr / Jaxpr spellings (``closed.jaxpr.eqns``, ``.invars``, ``.outvars``, ``.constvars``,
+    # ``.consts``): one IR plays both parts, so ``jaxpr`` is the IR itself
+    @property
+    def jaxpr(self) -> IR:
+        return self
+
+    @property
+    def invars(self) -> tuple[Var, ...]:
+        return self.in_vars
+
+    @property
+    def outvars(self) -> tuple[Atom, ...]:
+        return self.outputs
+
+    @property
+    def constvars(self) -> tuple[Var, ...]:
+        return self.const_vars
 
     def producers(self) -> dict[int, Eqn]:
         """The producer map: each var id an equation computes -> that equation (inputs and consts

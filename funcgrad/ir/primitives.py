@@ -233,6 +233,16 @@ not_p = _unary("not", np.invert, "bi")  # logical for bool, bitwise for integers
 # the identity without a derivative: a kernel reads its operand, no kernel op computes it
 stop_gradient_p = _unary("stop_gradient", lambda x: np.array(x, copy=True), "bif", kernel=False)
 
+
+def _name_rule(x: ShapedArray, *, name: str) -> ShapedArray:
+    if not isinstance(name, str):
+        raise TypeError(f"checkpoint_name: the name must be a string, got {name!r}")
+    return x
+
+
+# the identity that names a value (``checkpoint_name``) for checkpoint policies; lowered like stop_gradient
+name_p = Primitive("name", _name_rule, lambda x, *, name: np.array(x, copy=True))
+
 # --- elementwise: binary -----------------------------------------------------------------------
 
 

@@ -84,6 +84,11 @@ class IRBuilder:
         self.consts: list[Any] = []
         self._const_index: dict[int, Var] = {}  # id(value) -> its const var
         self.input_names: dict[int, str] = {}  # var id -> the user's name for that input
+        # var id -> the concrete value it stands for, or None for an abstract trace. grad, jvp and vjp
+        # outside jit trace with the inputs' values known (as JAX's concrete JVP tracers), so Python
+        # control flow on a traced value can ask for its value (see core.tensor.known_value)
+        self.known: dict[int, Any] | None = None
+        self.read_known = False  # whether the traced function asked for a known value (its IR depends on it)
 
     def inputs_behind(self, var: Var) -> list[str]:
         """Names of the inputs ``var`` depends on (for error messages)."""
@@ -155,6 +160,18 @@ def new_trace(label: str) -> Iterator[IRBuilder]:
         popped = _stack().pop()
         assert popped is builder, "trace stack corrupted"
         builder.alive = False
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Run the body as if no trace were running (binds go to the eager handler); the traces resume
+    after it. Used to compute the value of a traced variable whose inputs are known."""
+    stack = _stack()
+    _state.stack = []
+    try:
+        yield
+    finally:
+        _state.stack = stack
 
 
 def check_alive(tracer: Tracer) -> None:

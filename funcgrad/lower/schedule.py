@@ -39,7 +39,7 @@ from funcgrad.lower import kernel as K
 from funcgrad.lower.conv import lower_convolutions
 
 ELEMENTWISE = {p.name for p in P.REGISTRY.values() if p.kernel_op is not None} | {
-    "select", "convert_element_type", "bitcast_convert_type", "stop_gradient", "iota", "threefry2x32"}
+    "select", "convert_element_type", "bitcast_convert_type", "stop_gradient", "name", "iota", "threefry2x32"}
 MOVEMENT = {"reshape", "broadcast_in_dim", "transpose", "slice", "pad", "flip", "concatenate"}
 MAX_FUSED_SIZE = 160  # equations inlined into one kernel at most; bigger graphs are cut into several
 EXPENSIVE = {p.name for p in P.with_cost("divide", "transcendental", "transcendental_no_row_reuse")}
@@ -348,7 +348,7 @@ def _elementwise(b: _KernelBuilder, eqn: Eqn, idx: list[K.KExpr]) -> K.KExpr:
     out_dtype = eqn.outputs[0].aval.dtype
     args = [_operand(b, eqn, i, idx) for i in range(len(eqn.inputs))]
     name = eqn.primitive.name
-    if name == "stop_gradient":
+    if name in ("stop_gradient", "name"):  # identities (name marks a value for checkpoint policies)
         return args[0]
     if name == "select":
         return K.where(args[0], args[1], args[2])

@@ -8,7 +8,7 @@ Rebuilding (``unflatten``) makes a new instance without calling ``__init__``, wh
 ``fg.grad(loss)(model, x, y)`` returns a model-shaped tree of gradients.
 
 Paths carry attribute names (``GetAttrKey('weight')``) and list indices, so
-``tree.flatten_with_path(model)`` spells ``.layers[0].weight`` and ``named_parameters()`` gives
+``tree.leaves_with_path(model)`` spells ``.layers[0].weight`` and ``named_parameters()`` gives
 ``layers.0.weight``, as PyTorch's state dicts do.
 
 Training mode: ``model.train()`` / ``model.eval()`` set each module's own flag (PyTorch style).
@@ -245,7 +245,7 @@ class Module:
             if isinstance(value, Module):
                 yield name, value
             elif _holds_arrays(value) and not _is_array(value):
-                for path, leaf in tree.flatten_with_path(value, is_leaf=lambda x: isinstance(x, Module)):
+                for path, leaf in tree.leaves_with_path(value, is_leaf=lambda x: isinstance(x, Module)):
                     if isinstance(leaf, Module):
                         yield f"{name}.{_dotted(path)}", leaf
 
@@ -280,7 +280,7 @@ class Module:
 
     def _named_tensors(self) -> Iterator[tuple[str, Tensor, bool]]:
         """(dotted name, Tensor, is_buffer) for every Tensor leaf, in flatten order."""
-        for path, leaf in tree.flatten_with_path(self):
+        for path, leaf in tree.leaves_with_path(self):
             if isinstance(leaf, Tensor):
                 owner: Any = self
                 for entry in path[:-1]:

@@ -1,6 +1,6 @@
 """Model state: parameters and state dicts of any pytree, saved and loaded as safetensors files.
 
-A state dict maps dotted names to Tensors, taken from the paths of ``funcgrad.tree.flatten_with_path``:
+A state dict maps dotted names to Tensors, taken from the paths of ``funcgrad.tree.leaves_with_path``:
 attributes and dict keys as they are, list indices as numbers (``"layers.0.weight"``). So it works
 on every pytree: dicts and lists of Tensors, dataclasses, Modules, optimiser states.
 ``load_state_dict`` swaps the loaded values into the model's own Tensor objects, so an optimiser
@@ -75,7 +75,7 @@ def get_state_dict(obj: Any) -> dict[str, Tensor]:
     ['b', 'layers.0.w']
     """
     state: dict[str, Tensor] = {}
-    for path, leaf in tree.flatten_with_path(obj):
+    for path, leaf in tree.leaves_with_path(obj):
         if not isinstance(leaf, Tensor):
             continue
         name = _dotted_name(path)

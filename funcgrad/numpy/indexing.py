@@ -11,10 +11,11 @@ the plan:
 * writing (``x.at[index].set(v)`` and friends) turns every axis into an explicit coordinate array
   (an ``iota`` for slices) and binds one ``scatter``, so every index kind takes one update path.
 
-Out-of-range semantics are jax.numpy's: static Python integers are checked (``IndexError``, as in
-NumPy); negative entries of index arrays wrap once (``size`` is added); reads then clamp to the
-axis and updates out of range are dropped. Boolean masks need concrete values (the result's shape
-depends on them), so under tracing they raise ``ConcretizationError``.
+Out-of-range semantics are jax.numpy's: negative indices (integers and entries of index arrays)
+wrap once (``size`` is added); reads then clamp to the axis (``x.at[i].get(mode="fill")`` gives a
+fill value instead) and updates out of range are dropped; only an axis of size 0 raises IndexError.
+Boolean masks need concrete values (the result's shape depends on them), so under tracing they
+raise ``ConcretizationError``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ from funcgrad.numpy.elementwise import (
     clip,
     divide,
     equal,
+    greater_equal,
     less,
+    logical_and,
     multiply,
     negative,
     power,
@@ -214,7 +217,7 @@ def _expand_ellipsis(items: list[tuple[str, Any]], ndim: int) -> list[tuple[str,
 def _parse_index(shape: tuple[int, ...], index: Any) -> _IndexPlan:
     items = _expand_ellipsis([_classify(item) for item in (index if isinstance(index, tuple) else (index,))],
                              len(shape))
-    advanced = any(kind in ("array", "mask", "bool") for kind, _ in items)
+    advanced = any(kind in ("array", "mask", "bool") for kind, _ in items) or _any_int_out_of_range(items, shape)
     axes: list[_AxisIndex] = []
     gap = -1  # where an empty ellipsis sits among the axes
     source = 0
@@ -237,9 +240,11 @@ def _parse_index(shape: tuple[int, ...], index: Any) -> _IndexPlan:
             start, stop, step = _slice_bounds(value, size)
             axes.append(_AxisIndex("slice", source, start, len(range(start, stop, step)), step))
         elif kind == "int":
-            if not -size <= value < size:
-                raise IndexError(f"index {value} is out of bounds for axis {source} with size {size}")
-            if advanced:  # with array indices present, NumPy treats integers as 0-d arrays
+            if not -size <= value < size:  # as jax.numpy: reads clamp, updates are dropped
+                if size == 0:
+                    raise IndexError(f"index {value} is out of bounds for axis {source} with size 0")
+                axes.append(_AxisIndex("array", source, array=_normalize_static(np.asarray(value), size)))
+            elif advanced:  # with array indices present, NumPy treats integers as 0-d arrays
                 axes.append(_AxisIndex("array", source, array=np.asarray(value % size, np.int64)))
             else:
                 axes.append(_AxisIndex("int", source, value % size))
@@ -259,6 +264,17 @@ def _parse_index(shape: tuple[int, ...], index: Any) -> _IndexPlan:
     # NumPy's rule: adjacent advanced indices replace their axes in place; separated ones go first
     batch_position = sum(ax.kind == "slice" for ax in axes[:positions[0]]) if adjacent else 0
     return _IndexPlan(tuple(axes), expanded, batch_shape, batch_position)
+
+
+def _any_int_out_of_range(items: list[tuple[str, Any]], shape: tuple[int, ...]) -> bool:
+    """Whether an integer index lies outside its axis: it then becomes a 0-d index array (clamped on
+    reads, dropped on updates), and so do the other integers, as NumPy treats integers among arrays."""
+    source = 0
+    for kind, value in items:
+        if kind == "int" and source < len(shape) and not -shape[source] <= value < shape[source]:
+            return True
+        source += _consumed(kind, value) if kind != "gap" else 0
+    return False
 
 
 def _slice_bounds(index: slice, size: int) -> tuple[int, int, int]:
@@ -412,43 +428,94 @@ class IndexUpdateRef:
     def __repr__(self) -> str:
         return f"IndexUpdateRef({self.array!r}, {self.index!r})"
 
-    def get(self) -> Tensor:
-        """``x[index]``."""
-        return getitem(self.array, self.index)
+    def get(self, *, mode: str | None = None, fill_value: Any = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
+        """``x[index]``. ``mode``: None, "clip" or "promise_in_bounds" clamp out-of-range indices to
+        the axis; "fill" gives ``fill_value`` there instead (default NaN for floats, the smallest
+        value for signed integers, the largest for unsigned ones, True for bools), as JAX's."""
+        if mode in (None, "clip", "promise_in_bounds"):
+            return getitem(self.array, self.index)
+        if mode != "fill":
+            raise ValueError(f"x.at[...].get: mode must be None, 'clip', 'fill' or 'promise_in_bounds', got {mode!r}")
+        x = self.array
+        out = getitem(x, self.index)
+        plan = _parse_index(x.shape, self.index)
+        if not x.ndim:  # a 0-d array has no index to be out of range
+            return out
+        coords = _coordinates(plan)  # (*out.shape, x.ndim): where each element comes from
+        inside = logical_and(greater_equal(coords, np.int32(0)), less(coords, asarray(np.asarray(x.shape, np.int32))))
+        from funcgrad.numpy.reductions import all as all_
+        valid = all_(inside, axis=-1)
+        fill = _default_fill(x.dtype) if fill_value is None else fill_value
+        return where(valid, out, astype(asarray(fill), x.dtype))
 
-    def set(self, values: ArrayLike) -> Tensor:
+    def set(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
         """``x[index] = values``."""
+        _check_update_mode("set", mode)
         return _scatter(self.array, self.index, values, "set")
 
-    def add(self, values: ArrayLike) -> Tensor:
+    def add(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
         """``x[index] += values``."""
+        _check_update_mode("add", mode)
         return _scatter(self.array, self.index, values, "add")
 
-    def subtract(self, values: ArrayLike) -> Tensor:
+    def subtract(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+                 unique_indices: bool = False) -> Tensor:
         """``x[index] -= values``."""
+        _check_update_mode("subtract", mode)
         return _scatter(self.array, self.index, negative(astype(asarray(values), self.array.dtype)), "add")
 
-    def multiply(self, values: ArrayLike) -> Tensor:
+    def multiply(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+                 unique_indices: bool = False) -> Tensor:
         """``x[index] *= values``."""
+        _check_update_mode("multiply", mode)
         return _scatter(self.array, self.index, values, "mul")
 
     mul = multiply
 
-    def divide(self, values: ArrayLike) -> Tensor:
+    def divide(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+               unique_indices: bool = False) -> Tensor:
         """``x[index] /= values`` (true division, so integer arrays give floats, as in JAX)."""
+        _check_update_mode("divide", mode)
         return divide(self.array, _scatter(_ones_like(self.array), self.index, values, "mul"))
 
-    def power(self, values: ArrayLike) -> Tensor:
+    def power(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+              unique_indices: bool = False) -> Tensor:
         """``x[index] **= values``."""
+        _check_update_mode("power", mode)
         return power(self.array, _scatter(_ones_like(self.array), self.index, values, "mul"))
 
-    def min(self, values: ArrayLike) -> Tensor:
+    def min(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
         """``x[index] = minimum(x[index], values)``."""
+        _check_update_mode("min", mode)
         return _scatter(self.array, self.index, values, "min")
 
-    def max(self, values: ArrayLike) -> Tensor:
+    def max(self, values: ArrayLike, *, mode: str | None = None, indices_are_sorted: bool = False,
+            unique_indices: bool = False) -> Tensor:
         """``x[index] = maximum(x[index], values)``."""
+        _check_update_mode("max", mode)
         return _scatter(self.array, self.index, values, "max")
+
+
+def _check_update_mode(method: str, mode: str | None) -> None:
+    """Updates drop out-of-range indices (JAX's default, "drop"; "fill" means the same for updates and
+    "promise_in_bounds" lets JAX assume there are none); JAX's "clip" is not supported."""
+    if mode not in (None, "drop", "fill", "promise_in_bounds"):
+        raise ValueError(f"x.at[...].{method}: mode must be None, 'drop', 'fill' or 'promise_in_bounds', got "
+                         f"{mode!r} (out-of-range updates are dropped; clamping them, mode='clip', is not supported)")
+
+
+def _default_fill(dtype: np.dtype) -> Any:
+    """JAX's fill value for ``mode="fill"`` reads: NaN, the smallest signed or largest unsigned integer, True."""
+    if dtypes.is_float(dtype):
+        return np.asarray(np.nan, dtype)[()]
+    if dtypes.is_bool(dtype):
+        return np.True_
+    info = np.iinfo(dtype)
+    return np.asarray(info.max if dtypes.is_unsigned(dtype) else info.min, dtype)[()]
 
 
 def _ones_like(x: Tensor) -> Tensor:

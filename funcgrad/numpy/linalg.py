@@ -72,10 +72,14 @@ def matmul(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
         a = reshape(a, (1, a.shape[0]))
     if squeeze_back:
         b = reshape(b, (b.shape[0], 1))
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"matmul: shapes {asarray(x1).shape} and {asarray(x2).shape} do not align "
-                         f"({a.shape[-1]} != {b.shape[-2]})")
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if a.shape[-1] != b.shape[-2]:  # a TypeError, as JAX's dot_general raises
+        raise TypeError(f"matmul: shapes {asarray(x1).shape} and {asarray(x2).shape} do not align "
+                        f"({a.shape[-1]} != {b.shape[-2]})")
+    try:
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: the batch dimensions {a.shape[:-2]} and {b.shape[:-2]} of shapes "
+                         f"{asarray(x1).shape} and {asarray(x2).shape} do not broadcast") from None
     a = broadcast_to(a, batch + a.shape[-2:])
     b = broadcast_to(b, batch + b.shape[-2:])
     nb = len(batch)
@@ -88,9 +92,9 @@ def matmul(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     return _as_result(out, was_bool)
 
 
-def tensordot(x1: ArrayLike, x2: ArrayLike, /, *,
-              axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Tensor:
-    """Contract the last ``axes`` axes of ``x1`` with the first ones of ``x2``, or the listed pairs.
+def tensordot(x1: ArrayLike, x2: ArrayLike, /, axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Tensor:
+    """Contract the last ``axes`` axes of ``x1`` with the first ones of ``x2``, or the listed pairs
+    (``axes`` by position too, as NumPy and JAX take it: ``tensordot(a, b, 2)``).
 
     >>> tensordot(asarray([[1.0, 2.0]]), asarray([[3.0], [4.0]]), axes=1).tolist()
     [[11.0]]
@@ -110,8 +114,8 @@ def tensordot(x1: ArrayLike, x2: ArrayLike, /, *,
         raise TypeError(f"tensordot: axes must be an int or a pair of axis sequences, got {axes!r}")
     for i, j in zip(a_axes, b_axes):
         if a.shape[i] != b.shape[j]:
-            raise ValueError(f"tensordot: axis {i} of shape {a.shape} and axis {j} of shape {b.shape} "
-                             f"differ in size ({a.shape[i]} != {b.shape[j]})")
+            raise TypeError(f"tensordot: axis {i} of shape {a.shape} and axis {j} of shape {b.shape} "
+                            f"differ in size ({a.shape[i]} != {b.shape[j]})")
     return _as_result(_dot(a, b, (a_axes, b_axes)), was_bool)
 
 
@@ -151,7 +155,7 @@ def inner(a: ArrayLike, b: ArrayLike, /) -> Tensor:
     if x.ndim == 0 or y.ndim == 0:
         return _as_result(multiply(x, y), was_bool)
     if x.shape[-1] != y.shape[-1]:
-        raise ValueError(f"inner: last dimensions of shapes {x.shape} and {y.shape} differ")
+        raise TypeError(f"inner: last dimensions of shapes {x.shape} and {y.shape} differ")
     return _as_result(_dot(x, y, ((x.ndim - 1,), (y.ndim - 1,))), was_bool)
 
 
@@ -166,9 +170,9 @@ def dot(a: ArrayLike, b: ArrayLike, /) -> Tensor:
     if x.ndim == 0 or y.ndim == 0:
         return _as_result(multiply(x, y), was_bool)
     y_axis = 0 if y.ndim == 1 else y.ndim - 2
-    if x.shape[-1] != y.shape[y_axis]:
-        raise ValueError(f"dot: shapes {x.shape} and {y.shape} are not aligned "
-                         f"({x.shape[-1]} (dim {x.ndim - 1}) != {y.shape[y_axis]} (dim {y_axis}))")
+    if x.shape[-1] != y.shape[y_axis]:  # a TypeError, as JAX's
+        raise TypeError(f"dot: shapes {x.shape} and {y.shape} are not aligned "
+                        f"({x.shape[-1]} (dim {x.ndim - 1}) != {y.shape[y_axis]} (dim {y_axis}))")
     return _as_result(_dot(x, y, ((x.ndim - 1,), (y_axis,))), was_bool)
 
 
@@ -176,7 +180,7 @@ def vdot(a: ArrayLike, b: ArrayLike, /) -> Tensor:
     """Dot product of the flattened inputs. >>> vdot(asarray([[1, 2]]), asarray([3, 4])).item()  # 11"""
     (x, y), was_bool = _promoted(a, b)
     if x.size != y.size:
-        raise ValueError(f"vdot needs inputs of one size, got shapes {x.shape} and {y.shape}")
+        raise TypeError(f"vdot needs inputs of one size, got shapes {x.shape} and {y.shape}")
     return _as_result(_dot(ravel(x), ravel(y), ((0,), (0,))), was_bool)
 
 
@@ -448,7 +452,65 @@ def norm(x: ArrayLike, ord: Any = None, axis: int | tuple[int, ...] | None = Non
 
 
 
+def _convolve_full(a: Tensor, v: Tensor) -> Tensor:
+    """The full 1-d convolution of ``a`` (length n) and ``v`` (length m): n + m - 1 values, each a
+    dot product of a window of ``a`` (zero-padded) with ``v`` reversed."""
+    from funcgrad.numpy.manipulation import flip, pad
+    n, m = a.shape[0], v.shape[0]
+    padded = pad(a, (m - 1, m - 1))
+    windows = np.arange(n + m - 1)[:, None] + np.arange(m)[None, :]  # (n + m - 1, m), static
+    return matmul(padded[windows], flip(v, axis=0))
+
+
+def _correlation_mode(name: str, a: ArrayLike, v: ArrayLike, mode: str) -> tuple[Tensor, Tensor, bool]:
+    (x, y), was_bool = _promoted(a, v)
+    if x.ndim != 1 or y.ndim != 1:
+        raise ValueError(f"{name} only supports 1-dimensional inputs, got shapes {x.shape} and {y.shape}")
+    if x.shape[0] == 0 or y.shape[0] == 0:
+        raise ValueError(f"{name}: inputs cannot be empty, got shapes {x.shape} and {y.shape}")
+    if mode not in ("full", "same", "valid"):
+        raise ValueError(f"{name}: mode must be 'full', 'same' or 'valid', got {mode!r}")
+    return x, y, was_bool
+
+
+def _cut(full: Tensor, n: int, m: int, mode: str) -> Tensor:
+    """The 'same' or 'valid' part of a full convolution of lengths n >= m."""
+    if mode == "full":
+        return full
+    start = (m - 1) // 2 if mode == "same" else m - 1
+    length = n if mode == "same" else n - m + 1
+    return full[start:start + length]
+
+
+def convolve(a: ArrayLike, v: ArrayLike, mode: str = "full", *, precision: Any = None,
+             preferred_element_type: Any = None) -> Tensor:
+    """The discrete 1-d convolution of ``a`` and ``v`` (NumPy's and JAX's ``convolve``).
+
+    >>> convolve(asarray([0.0, 1.0, 2.0, 3.0]), asarray([1.0, 2.0, 3.0])).tolist()
+    [0.0, 1.0, 4.0, 10.0, 12.0, 9.0]
+    """
+    x, y, was_bool = _correlation_mode("convolve", a, v, mode)
+    if y.shape[0] > x.shape[0]:  # convolution commutes; the modes count from the longer input
+        x, y = y, x
+    return _as_result(_cut(_convolve_full(x, y), x.shape[0], y.shape[0], mode), was_bool)
+
+
+def correlate(a: ArrayLike, v: ArrayLike, mode: str = "valid", *, precision: Any = None,
+              preferred_element_type: Any = None) -> Tensor:
+    """The 1-d cross-correlation ``c[k] = sum_n a[n + k] * v[n]`` (NumPy's and JAX's ``correlate``).
+
+    >>> correlate(asarray([0.0, 1.0, 2.0, 3.0]), asarray([1.0, 2.0, 3.0])).tolist()
+    [8.0, 14.0]
+    """
+    from funcgrad.numpy.manipulation import flip
+    x, y, was_bool = _correlation_mode("correlate", a, v, mode)
+    if y.shape[0] > x.shape[0]:  # NumPy: the reversed correlation of the swapped inputs
+        out = _cut(_convolve_full(y, flip(x, axis=0)), y.shape[0], x.shape[0], mode)
+        return _as_result(flip(out, axis=0), was_bool)
+    return _as_result(_cut(_convolve_full(x, flip(y, axis=0)), x.shape[0], y.shape[0], mode), was_bool)
+
+
 __all__ = [
-    "diagonal", "dot", "einsum", "inner", "kron", "matmul", "matrix_norm", "norm", "outer", "tensordot",
-    "trace", "vdot", "vecdot", "vector_norm",
+    "convolve", "correlate", "diagonal", "dot", "einsum", "inner", "kron", "matmul", "matrix_norm", "norm", "outer",
+    "tensordot", "trace", "vdot", "vecdot", "vector_norm",
 ]

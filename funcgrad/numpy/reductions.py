@@ -423,8 +423,39 @@ def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = N
     return x
 
 
+def allclose(a: ArrayLike, b: ArrayLike, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """Whether every element of ``a`` is close to ``b`` (``isclose``), as a 0-d bool array (as JAX).
+
+    >>> bool(allclose(asarray([1.0, 2.0]), asarray([1.0, 2.0 + 1e-9])))
+    True
+    """
+    from funcgrad.numpy.elementwise import isclose
+    return all(isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def _array_arguments(fn: Any) -> Any:
+    """Reject a list or tuple where an array goes, as jax.numpy does (``fnp.sum([1, 2, 3])``: it
+    would be converted on every call; convert it once with ``fnp.asarray``)."""
+    import functools
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for position, arg in enumerate(args[:1]):
+            if isinstance(arg, (list, tuple)):
+                raise TypeError(f"{fn.__name__} requires an array or a scalar, got a {type(arg).__name__} at "
+                                f"position {position}; convert it with fnp.asarray(...) first (as jax.numpy asks)")
+        return fn(*args, **kwargs)
+    return checked
+
+
+for _name in ("sum", "prod", "max", "min", "all", "any", "mean", "var", "std", "argmax", "argmin", "cumsum",
+              "cumprod", "cumulative_sum", "cumulative_prod", "nansum", "nanmean", "nanmax", "nanmin", "ptp",
+              "count_nonzero", "logsumexp"):
+    globals()[_name] = _array_arguments(globals()[_name])
+del _name
+
 __all__ = [
-    "all", "amax", "amin", "any", "argmax", "argmin", "average", "count_nonzero", "cummax", "cummin",
+    "allclose", "all", "amax", "amin", "any", "argmax", "argmin", "average", "count_nonzero", "cummax", "cummin",
     "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "diff", "logsumexp", "max", "mean",
     "min", "nanmax", "nanmean", "nanmin", "nansum", "prod", "ptp", "std", "sum", "var",
 ]

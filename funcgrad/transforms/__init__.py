@@ -12,11 +12,15 @@ from funcgrad.transforms import control_flow as _control_flow  # noqa: F401
 from funcgrad.transforms import custom as _custom  # noqa: F401
 from funcgrad.transforms import batching_rules as _batching_rules  # noqa: F401
 from funcgrad.transforms import jit as _jit_rules  # noqa: F401
-from funcgrad.transforms.ad import grad, hessian, jacfwd, jacrev, jvp, linearize, value_and_grad, vjp
+from funcgrad.transforms.ad import grad, hessian, jacfwd, jacobian, jacrev, jvp, linearize, value_and_grad, vjp
 from funcgrad.transforms.batching import vmap
-from funcgrad.transforms.custom import checkpoint, custom_jvp, custom_vjp, eval_shape, stop_gradient
+from funcgrad.transforms.custom import (
+    checkpoint, checkpoint_name, checkpoint_policies, custom_jvp, custom_vjp, eval_shape, print_saved_residuals,
+    saved_residuals, stop_gradient,
+)
 
 __all__ = [
-    "checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd", "jacrev",
+    "checkpoint", "checkpoint_name", "checkpoint_policies", "print_saved_residuals", "saved_residuals",
+    "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev",
     "jvp", "linearize", "stop_gradient", "value_and_grad", "vjp", "vmap",
 ]

@@ -11,6 +11,7 @@ transposed linear part on the cotangents (the backward pass).
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,12 +29,19 @@ from funcgrad.transforms.transpose import transpose_ir
 from funcgrad.util import tree
 
 
-def trace_function(fn: Callable[..., Any], args: Sequence[Any], label: str) -> tuple[IR, Any, list[Tensor]]:
-    """Trace ``fn(*args)``; returns (IR, output tree, flat input leaves as Tensors)."""
+def trace_function(fn: Callable[..., Any], args: Sequence[Any], label: str,
+                   concrete: bool = True, read_known: list[bool] | None = None) -> tuple[IR, Any, list[Tensor]]:
+    """Trace ``fn(*args)``; returns (IR, output tree, flat input leaves as Tensors).
+
+    With ``concrete`` (grad, jvp, vjp), as in JAX, the inputs' values are known to the trace, so
+    ``if x < 3:`` works in ``fn`` outside jit (a value traced by jit or vmap stays abstract: its
+    trace knows no value for it, and the concretization error is raised as before)."""
     leaves, in_tree = tree.flatten(tuple(args))
     avals = [leaf_aval(leaf, f"argument leaf {i} of {label}") for i, leaf in enumerate(leaves)]
-    ir, out_tree = trace_flat(fn, avals, in_tree, label, argument_names(fn, args))
-    return ir, out_tree, [as_tensor(leaf) for leaf in leaves]
+    values = [as_tensor(leaf) for leaf in leaves]
+    ir, out_tree = trace_flat(fn, avals, in_tree, label, argument_names(fn, args),
+                              known=values if concrete else None, read_known=read_known)
+    return ir, out_tree, values
 
 
 def _check_tangent(primal: Tensor, tangent: Any, index: int) -> Tensor:
@@ -98,6 +106,7 @@ class _Linearized:
         n_in = len(ir.in_vars)
         known_ir, self.linear_ir, out_unknown, self.num_residuals = partial_eval(
             jir, [False] * n_in + [True] * sum(self.has_tangent))
+        self.known_ir = known_ir  # (outputs, then residuals: saved_residuals reads where they come from)
         known = [as_tensor(r) for r in evaluate(known_ir, *values)]
         self.outs = known[:n_main]
         self.residuals = known[len(known) - self.num_residuals:]
@@ -125,16 +134,16 @@ def _is_pair(treedef: Any) -> bool:
     return treedef.node_type in (tuple, list) and len(treedef.children()) == 2
 
 
-def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
-    """Reverse-mode derivative: ``(fn(*primals), vjp_fn)`` where ``vjp_fn(cotangent)`` returns a tuple
-    with one cotangent per primal (pytrees like the primals). With ``has_aux``, returns
-    ``(out, vjp_fn, aux)``.
+class VjpFunction:
+    """The function ``vjp`` returns, ``vjp_fn(cotangent) -> (one cotangent per primal)``. As JAX's it
+    is a pytree whose leaves are the saved residuals (the rest, the linear IR, is its structure), so
+    it can be returned from ``jit`` or ``make_ir`` and passed to a jitted function."""
 
-    >>> out, pullback = vjp(lambda x: x * x, 3.0); pullback(1.0)   # (6.0,)
-    """
-    lin = _Linearized(fn, primals, has_aux, "vjp")
+    def __init__(self, lin: _Linearized) -> None:
+        self._lin = lin
 
-    def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+    def __call__(self, cotangent: Any) -> tuple[Any, ...]:
+        lin = self._lin
         ct_leaves, ct_tree = tree.flatten(cotangent)
         if ct_tree != lin.out_tree:
             raise ValueError(f"vjp: the cotangent has structure {ct_tree} but the output has {lin.out_tree}")
@@ -152,16 +161,18 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
         cts_in = lin.pullback(checked)
         return tuple(tree.unflatten(lin.in_tree, cts_in))
 
-    out = tree.unflatten(lin.out_tree, lin.outs)
-    return (out, vjp_fn, lin.aux) if has_aux else (out, vjp_fn)
+    def __repr__(self) -> str:
+        return f"<vjp function of {self._lin.in_tree} with {len(self._lin.residuals)} residuals>"
 
 
-def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]:
-    """``(fn(*primals), jvp_fn)`` where ``jvp_fn(*tangents)`` evaluates the linearized function
-    without re-running the forward pass (it uses the saved residuals)."""
-    lin = _Linearized(fn, primals, False, "linearize")
+class LinearizedFunction:
+    """The function ``linearize`` returns, ``jvp_fn(*tangents)``: a pytree of its residuals too."""
 
-    def jvp_fn(*tangents: Any) -> Any:
+    def __init__(self, lin: _Linearized) -> None:
+        self._lin = lin
+
+    def __call__(self, *tangents: Any) -> Any:
+        lin = self._lin
         leaves, t_tree = tree.flatten(tuple(tangents))
         if t_tree != lin.in_tree:
             raise ValueError(f"linearize: tangents {t_tree} do not match the primals {lin.in_tree}")
@@ -176,7 +187,57 @@ def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[...,
         outs = [next(results) if linear else zeros(aval) for aval, linear in zip(lin.out_avals, lin.out_linear)]
         return tree.unflatten(lin.out_tree, outs)
 
-    return tree.unflatten(lin.out_tree, lin.outs), jvp_fn
+
+def _flatten_linear(fn: VjpFunction | LinearizedFunction) -> tuple[list[Any], Any]:
+    return list(fn._lin.residuals), _Static(fn._lin)
+
+
+def _unflatten_linear(cls: type) -> Callable[[Any, Sequence[Any]], Any]:
+    def unflatten(static: _Static, residuals: Sequence[Any]) -> Any:
+        lin = copy.copy(static.lin)  # the same linear IR (and transposition cache), new residual values
+        lin.residuals = list(residuals)
+        return cls(lin)
+    return unflatten
+
+
+class _Static:
+    """A linearization's structure in a TreeDef: compared by identity (the same linear IR)."""
+
+    def __init__(self, lin: _Linearized) -> None:
+        self.lin = lin
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Static) and other.lin.linear_ir is self.lin.linear_ir
+
+    def __hash__(self) -> int:
+        return id(self.lin.linear_ir)
+
+    def __repr__(self) -> str:
+        return f"linearized({self.lin.in_tree})"
+
+
+tree.register(VjpFunction, _flatten_linear, _unflatten_linear(VjpFunction))
+tree.register(LinearizedFunction, _flatten_linear, _unflatten_linear(LinearizedFunction))
+
+
+def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+    """Reverse-mode derivative: ``(fn(*primals), vjp_fn)`` where ``vjp_fn(cotangent)`` returns a tuple
+    with one cotangent per primal (pytrees like the primals). With ``has_aux``, returns
+    ``(out, vjp_fn, aux)``. ``vjp_fn`` is a pytree of the saved residuals (it can leave a jit).
+
+    >>> out, pullback = vjp(lambda x: x * x, 3.0); pullback(1.0)   # (6.0,)
+    """
+    lin = _Linearized(fn, primals, has_aux, "vjp")
+    out = tree.unflatten(lin.out_tree, lin.outs)
+    vjp_fn = VjpFunction(lin)
+    return (out, vjp_fn, lin.aux) if has_aux else (out, vjp_fn)
+
+
+def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]:
+    """``(fn(*primals), jvp_fn)`` where ``jvp_fn(*tangents)`` evaluates the linearized function
+    without re-running the forward pass (it uses the saved residuals)."""
+    lin = _Linearized(fn, primals, False, "linearize")
+    return tree.unflatten(lin.out_tree, lin.outs), LinearizedFunction(lin)
 
 
 def _check_argnums(argnums: int | Sequence[int], num_args: int, label: str) -> tuple[int, ...]:
@@ -351,6 +412,11 @@ def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable
 def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
     """The Jacobian by reverse mode (one vjp per output element, batched with vmap)."""
     return _jacobian(fn, argnums, forward=False)
+
+
+def jacobian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
+    """JAX's ``jacobian``: the Jacobian by reverse mode (``jacrev``)."""
+    return jacrev(fn, argnums)
 
 
 def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:

@@ -142,8 +142,13 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
     from funcgrad.core.trace import leaf_aval, trace_flat
     from funcgrad.util import tree
 
+    for leaf in tree.leaves(out_axes):
+        if isinstance(leaf, bool) or not isinstance(leaf, int):
+            raise TypeError(f"vmap out_axes must be an int, None, or a pytree of them matching the output, "
+                            f"got {leaf!r} in out_axes={out_axes!r}")
+
     @functools.wraps(fn)
-    def batched(*args: Any) -> Any:
+    def batched(*args: Any, **kwargs: Any) -> Any:
         if isinstance(in_axes, list):  # JAX accepts a list for the argument tuple
             axes_prefix: Any = tuple(in_axes)
         else:
@@ -151,11 +156,20 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
         if isinstance(axes_prefix, tuple) and len(axes_prefix) != len(args):
             raise ValueError(f"vmap in_axes has {len(axes_prefix)} entries but the function was called "
                              f"with {len(args)} arguments")
-        leaves, in_tree = tree.flatten(tuple(args))
-        per_leaf = tree.broadcast_prefix(axes_prefix if isinstance(axes_prefix, tuple) else (axes_prefix,) * len(args),
-                                         tuple(args))
+        # keyword arguments are mapped over their leading axis, as JAX maps them (in_axes is positional)
+        per_argument = axes_prefix if isinstance(axes_prefix, tuple) else (axes_prefix,) * len(args)
+        if kwargs:
+            call_args: tuple[Any, ...] = (*args, kwargs)
+            per_argument = (*per_argument, 0)
+        else:
+            call_args = tuple(args)
+        leaves, in_tree = tree.flatten(call_args)
+        per_leaf = tree.broadcast_prefix(per_argument, call_args)
         values = [as_tensor(leaf) for leaf in leaves]
-        paths = [tree.keystr(path) for path, _ in tree.flatten_with_path(tuple(args))]
+        paths = [tree.keystr(path) for path, _ in tree.leaves_with_path(tuple(args))]
+        if kwargs:
+            paths += [f" '{key}'" + tree.keystr(path) for key, value in kwargs.items()
+                      for path, _ in tree.leaves_with_path(value)]
         dims = [_normalize_in_axis(a, v.ndim, f"argument{p}") for a, v, p in zip(per_leaf, values, paths)]
         sizes = {v.shape[d] for v, d in zip(values, dims) if d is not None}
         if len(sizes) > 1:
@@ -169,11 +183,15 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
         size = axis_size if axis_size is not None else sizes.pop()
         unbatched = [leaf_aval(v)[0] if d is None else
                      ShapedArray(v.shape[:d] + v.shape[d + 1:], v.dtype) for v, d in zip(values, dims)]
-        ir, out_tree = trace_flat(fn, [(a, False) for a in unbatched], in_tree, "vmap")
-        out_prefix = out_axes
+        call = (lambda *a: fn(*a[:-1], **a[-1])) if kwargs else fn
+        ir, out_tree = trace_flat(call, [(a, False) for a in unbatched], in_tree, "vmap")
         # array placeholders: a Module counts only array-valued attributes as children
         out_placeholder = tree.unflatten(out_tree, [np.zeros(()) for _ in range(out_tree.num_leaves)])
-        wanted = tree.broadcast_prefix(out_prefix, out_placeholder)
+        try:
+            wanted = tree.broadcast_prefix(out_axes, out_placeholder)
+        except ValueError:
+            raise ValueError(f"vmap out_axes={out_axes!r} does not match the structure of the function's output "
+                             f"{out_tree}: give one int or None, or a prefix of the output's structure") from None
         normalized: list[int | None] = []
         for want, atom in zip(wanted, ir.outputs):
             if want is None:

@@ -77,9 +77,10 @@ def call_transpose_rule(primitive: Any) -> Any:
 
 def call_batch_rule(primitive: Any) -> Any:
     """The batching rule of a primitive that calls its sub-IR ``ir``: batch the sub-IR, call that."""
-    def rule(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, name: str) -> tuple[Any, Any]:
+    def rule(args: list[Any], dims: list[Any], *, axis_size: int, ir: IR, name: str,
+             **params: Any) -> tuple[Any, Any]:
         batched, out_dims = vmap_ir(ir, dims, axis_size)
-        outs = bind(primitive, *batched.consts, *args, ir=open_ir(batched), name=f"vmap({name})")
+        outs = bind(primitive, *batched.consts, *args, ir=open_ir(batched), name=f"vmap({name})", **params)
         return list(outs), out_dims
     return rule
 

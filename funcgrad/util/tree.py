@@ -14,6 +14,7 @@ arrays, numbers, str, subclasses of list or dict -- is a leaf.
 
 from __future__ import annotations
 
+import builtins
 import collections
 import dataclasses
 import functools
@@ -85,12 +86,15 @@ class _NodeKind(NamedTuple):
 
 def _sorted_keys(mapping: dict) -> tuple:
     """Dict children come in sorted key order, so `{'b':.., 'a':..}` and `{'a':.., 'b':..}` share
-    one TreeDef (as in JAX). Keys that cannot be compared with each other, such as 1 and "a", are
-    sorted by `(type(key).__name__, repr(key))` instead, which is deterministic for the same keys."""
+    one TreeDef (as in JAX). Keys that cannot be compared with each other, such as 1 and "a", raise
+    a ValueError, as JAX's flatten does (use an OrderedDict, which keeps its order, or keys of one type)."""
     try:
         return tuple(sorted(mapping))
     except TypeError:
-        return tuple(sorted(mapping, key=lambda key: (type(key).__name__, repr(key))))
+        types_seen = sorted({type(key).__name__ for key in mapping})
+        raise ValueError(f"tree.flatten: the keys of a dict must be sortable, but these cannot be compared "
+                         f"with each other (key types {', '.join(types_seen)}): {list(mapping)!r}; use keys of one "
+                         "type, or an OrderedDict (flattened in its own order)") from None
 
 
 @functools.cache
@@ -306,6 +310,29 @@ class TreeDef:
         children = tuple([child._build(leaves) for child in self._children])
         return self._kind.unflatten(self.node_type, self.node_data, children)
 
+    def flatten_up_to(self, tree: PyTree) -> list[Any]:
+        """The subtrees of ``tree`` at this structure's leaf positions (``tree`` must have this
+        structure down to them)."""
+        out: list[Any] = []
+        self._up_to(tree, out)
+        return out
+
+    def _up_to(self, tree: PyTree, out: list[Any]) -> None:
+        if self._kind is None:
+            out.append(tree)
+            return
+        kind = _kind_of(type(tree))
+        if type(tree) is not self.node_type or kind is None:
+            raise ValueError(f"tree {tree!r} does not have the structure {self} (a "
+                             f"{getattr(self.node_type, '__name__', self.node_type)} node was expected, got "
+                             f"{type(tree).__name__})")
+        children, aux = kind.flatten(tree)
+        children = list(children)
+        if aux != self.node_data or len(children) != len(self._children):
+            raise ValueError(f"tree {tree!r} does not have the structure {self}")
+        for child_def, child in zip(self._children, children):
+            child_def._up_to(child, out)
+
     def _describe(self) -> str:
         if self._kind is None:
             return "*"
@@ -391,16 +418,136 @@ def map(fn: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: IsLeaf = N
     return treedef.unflatten([fn(*args) for args in zip(*all_leaves)])
 
 
-def flatten_with_path(tree: PyTree, is_leaf: IsLeaf = None) -> list[tuple[KeyPath, Any]]:
-    """Each leaf with the path that reaches it, in flatten order.
+def flatten_with_path(tree: PyTree, is_leaf: IsLeaf = None) -> tuple[list[tuple[KeyPath, Any]], TreeDef]:
+    """``(pairs, treedef)``: each leaf with the path that reaches it, in flatten order, and the
+    structure (as JAX's ``tree_flatten_with_path``; ``leaves_with_path`` gives just the pairs).
 
-    >>> [(keystr(p), x) for p, x in flatten_with_path({'params': [Linear(weight=1)]})]
+    >>> pairs, _ = flatten_with_path({'params': [Linear(weight=1)]}); [(keystr(p), x) for p, x in pairs]
     [("['params'][0].weight", 1)]
     """
     leaves_out, treedef = flatten(tree, is_leaf)
     paths: list[KeyPath] = []
     treedef._paths((), paths)
-    return list(zip(paths, leaves_out))
+    return list(zip(paths, leaves_out)), treedef
+
+
+def leaves_with_path(tree: PyTree, is_leaf: IsLeaf = None) -> list[tuple[KeyPath, Any]]:
+    """Each leaf with the path that reaches it, in flatten order.
+
+    >>> [(keystr(p), x) for p, x in leaves_with_path({'params': [Linear(weight=1)]})]
+    [("['params'][0].weight", 1)]
+    """
+    return flatten_with_path(tree, is_leaf)[0]
+
+
+def map_with_path(fn: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: IsLeaf = None) -> PyTree:
+    """``map`` whose ``fn(path, leaf, *others)`` also gets each leaf's path."""
+    pairs, treedef = flatten_with_path(tree, is_leaf)
+    others = []
+    for position, other in enumerate(rest, start=2):
+        other_leaves, other_def = flatten(other, is_leaf)
+        if other_def != treedef:
+            raise ValueError(f"map_with_path: tree {position} has a different structure from tree 1.\n"
+                             f"  tree 1: {treedef}\n  tree {position}: {other_def}")
+        others.append(other_leaves)
+    return treedef.unflatten([fn(path, leaf, *more) for (path, leaf), *more in zip(pairs, *others)]
+                             if others else [fn(path, leaf) for path, leaf in pairs])
+
+
+def reduce(fn: Callable[[Any, Any], Any], tree: PyTree, *initializer: Any, is_leaf: IsLeaf = None) -> Any:
+    """``functools.reduce`` over the leaves of ``tree``."""
+    return functools.reduce(fn, leaves(tree, is_leaf), *initializer)
+
+
+def all(tree: PyTree, is_leaf: IsLeaf = None) -> bool:  # noqa: A001 - jax.tree.all
+    """Whether every leaf is truthy."""
+    return builtins.all(leaves(tree, is_leaf))
+
+
+def transpose(outer: TreeDef | None, inner: TreeDef | None, tree: PyTree) -> PyTree:
+    """Turn a tree of structure ``outer`` whose leaves-level entries are trees of structure
+    ``inner`` into a tree of structure ``inner`` of trees of structure ``outer`` (as JAX's
+    ``tree.transpose``; ``inner`` None: taken from the first entry).
+
+    >>> transpose(structure([0, 0]), structure((0, 0)), [(1, 2), (3, 4)])
+    ([1, 3], [2, 4])
+    """
+    if outer is None:
+        raise TypeError("tree.transpose needs the outer structure (a TreeDef)")
+    entries = outer.flatten_up_to(tree)
+    if inner is None:
+        if not entries:
+            raise ValueError("tree.transpose: inner=None needs at least one entry to take the structure from")
+        inner = structure(entries[0])
+    columns = [inner.flatten_up_to(entry) for entry in entries]
+    per_inner_leaf = [outer.unflatten([column[i] for column in columns]) for i in range(inner.num_leaves)]
+    return inner.unflatten(per_inner_leaf)
+
+
+def register_pytree_node(cls: type, flatten_fn: Callable[[Any], tuple[Iterable[Any], Hashable]],
+                         unflatten_fn: Callable[[Any, tuple[Any, ...]], Any]) -> None:
+    """JAX's name for ``register``."""
+    register(cls, flatten_fn, unflatten_fn)
+
+
+def register_pytree_node_class(cls: T) -> T:
+    """Register a class with ``tree_flatten(self) -> (children, aux)`` and the classmethod
+    ``tree_unflatten(aux, children)`` (a class decorator, as JAX's)."""
+    for method in ("tree_flatten", "tree_unflatten"):
+        if not callable(getattr(cls, method, None)):
+            raise TypeError(f"register_pytree_node_class: {cls.__qualname__} has no {method} method")
+    rebuild: Any = cls
+    register(cls, lambda obj: obj.tree_flatten(), lambda aux, children: rebuild.tree_unflatten(aux, children))
+    return cls
+
+
+def register_dataclass(cls: T, data_fields: Iterable[str] | None = None,
+                       meta_fields: Iterable[str] | None = None, drop_fields: Iterable[str] = ()) -> T:
+    """Register a class whose ``data_fields`` are children and ``meta_fields`` static (in the TreeDef),
+    as JAX's ``register_dataclass``; for a dataclass both default to its fields, split by a
+    ``static=True`` field metadata. Usable as a class decorator. Unflattening sets the fields
+    directly (``__init__`` is not called)."""
+    dropped = set(drop_fields)
+    if data_fields is None and meta_fields is None:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"register_dataclass: {cls.__qualname__} is not a dataclass; pass data_fields and "
+                            "meta_fields")
+        fields = [f for f in dataclasses.fields(cls) if f.name not in dropped]
+        data = [f.name for f in fields if not f.metadata.get("static", False)]
+        meta = [f.name for f in fields if f.metadata.get("static", False)]
+    elif data_fields is None or meta_fields is None:
+        raise TypeError("register_dataclass: give both data_fields and meta_fields, or neither")
+    else:
+        data, meta = list(data_fields), list(meta_fields)
+        if dataclasses.is_dataclass(cls):
+            names = {f.name for f in dataclasses.fields(cls) if f.init} - dropped
+            missing = names - set(data) - set(meta)
+            if missing:
+                raise ValueError(f"register_dataclass: the fields {sorted(missing)} of {cls.__qualname__} are "
+                                 "in neither data_fields nor meta_fields (nor drop_fields)")
+    data_names, meta_names = tuple(data), tuple(meta)
+
+    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...]]:
+        return [getattr(obj, name) for name in data_names], tuple(getattr(obj, name) for name in meta_names)
+
+    def unflatten_fn(aux: tuple[Any, ...], children: tuple[Any, ...]) -> Any:
+        obj: Any = object.__new__(cls)
+        for name, value in zip(data_names, children):
+            object.__setattr__(obj, name, value)
+        for name, value in zip(meta_names, aux):
+            object.__setattr__(obj, name, value)
+        return obj
+
+    def keys(cls_: type, aux: Any, n: int) -> list[KeyEntry]:
+        return [GetAttrKey(name) for name in data_names]
+
+    def describe(cls_: type, aux: Any, parts: list[str]) -> str:
+        items = [f"{name}={part}" for name, part in zip(data_names, parts)]
+        items += [f"{name}={value!r}" for name, value in zip(meta_names, aux)]
+        return f"{cls_.__name__}({', '.join(items)})"
+
+    _add_kind(cls, _NodeKind(flatten_fn, lambda c, aux, children: unflatten_fn(aux, children), keys, describe))
+    return cls
 
 
 def broadcast_prefix(prefix: PyTree, full: PyTree, is_leaf: IsLeaf = None) -> list[Any]:

@@ -123,14 +123,19 @@ def test_out_of_range_index_arrays_clamp() -> None:
     np.testing.assert_array_equal(out, [30, 10])
 
 
-def test_static_integer_out_of_range_raises_naming_axis_and_size() -> None:
+def test_static_integer_out_of_range_clamps_on_reads_and_is_dropped_on_updates_as_jax() -> None:
     x = fnp.asarray(X)
-    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
-        x[3]
-    with pytest.raises(IndexError, match="index -6 is out of bounds for axis 2 with size 5"):
-        x[0, :, -6]
-    with pytest.raises(IndexError, match="axis 1 with size 4"):
-        x[[0], 4]
+    np.testing.assert_array_equal(x[3].numpy(), X[2])
+    np.testing.assert_array_equal(x[0, :, -6].numpy(), X[0, :, 0])
+    np.testing.assert_array_equal(x[[0], 4].numpy(), X[[0], 3])
+    np.testing.assert_array_equal(x.at[3].set(-1).numpy(), X)  # dropped
+    np.testing.assert_array_equal(x.at[0, 9, 1].add(100).numpy(), X)
+    with pytest.raises(IndexError, match="index 0 is out of bounds for axis 0 with size 0"):
+        fnp.ones(0)[0]
+    jnp = pytest.importorskip("jax.numpy")
+    for index in [3, -4, (0, slice(None), -6), (1, 7, 2)]:
+        np.testing.assert_array_equal(x[index].numpy(), np.asarray(jnp.asarray(X)[index]))
+        np.testing.assert_array_equal(x.at[index].set(0).numpy(), np.asarray(jnp.asarray(X).at[index].set(0)))
 
 
 def test_bad_indices_raise_clear_errors() -> None:

@@ -79,6 +79,7 @@ _B = ShapedArray((), dtypes.bool_)
 _vec = np.array([1.0, -2.0, 0.5], np.float32)
 SAMPLES.update({
     "stop_gradient": ((f32,), {}),
+    "name": ((f32,), {"name": "a"}),
     "jit": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "name": "double"}),
     "checkpoint": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "name": "double"}),
     "custom_jvp_call": ((_vec,), {"ir": _sub_ir(lambda x: x * 2, _F), "jvp": None,

@@ -50,7 +50,7 @@ class TinygradStyle(nn.Module):
 
 
 def test_flatten_paths_carry_attribute_names_and_list_indices() -> None:
-    paths = [path for path, _ in fg.tree.flatten_with_path(Nested())]
+    paths = [path for path, _ in fg.tree.leaves_with_path(Nested())]
     assert paths[:2] == [(GetAttrKey("first"), GetAttrKey("scale")), (GetAttrKey("first"), GetAttrKey("shift"))]
     assert (GetAttrKey("blocks"), SequenceKey(1), GetAttrKey("scale")) in paths
     assert (GetAttrKey("table"), DictKey("a")) in paths

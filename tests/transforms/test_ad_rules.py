@@ -192,6 +192,7 @@ f = _uniform(-2, 2)
 CASES: dict[str, tuple[str, list[Any], dict[str, Any]]] = {}
 CASES.update({name: (name, [_unary_input(name, (2, 3))], {}) for name in UNARY})
 CASES.update({name: (name, _binary_inputs(name, (2, 3), (2, 3)), {}) for name in BINARY})
+CASES["name"] = ("name", [_unary_input("neg", (2, 3))], {"name": "a"})  # checkpoint_name: the identity
 CASES.update({
     "mul_literal": ("mul", [_uniform(-2, 2), np.float64(3.0)], {}),
     "pow_literal_exponent": ("pow", [_uniform(0.5, 2), np.float64(2.5)], {}),

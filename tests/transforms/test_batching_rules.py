@@ -44,6 +44,7 @@ CASES.update({"asin": ("asin", (unit,), {}), "acos": ("acos", (unit,), {}), "ata
 CASES.update({name: (name, (f32, positive), {}) for name in _BINARY})
 CASES.update({
     "not": ("not", (boolean,), {}),
+    "name": ("name", (positive,), {"name": "a"}),
     "and": ("and", (i32, i32), {}), "or": ("or", (boolean, boolean), {}), "xor": ("xor", (i32, i32), {}),
     "shift_left": ("shift_left", (u32, np.uint32(3)), {}),
     "shift_right": ("shift_right", (i32, np.full_like(i32, 1)), {}),

@@ -421,6 +421,11 @@ CASES: list[Case] = [
          label="ord=inf"),
     case("outer", fnp.outer, (3,), (4,)),
     case("tensordot", lambda a, b: fnp.tensordot(a, b, axes=1), (2, 3), (3, 2)),
+    case("tensordot", lambda a, b: fnp.tensordot(a, b, 2), (2, 3), (2, 3), label="tensordot[positional]"),
+    case("convolve", fnp.convolve, (5,), (3,)),
+    case("convolve", lambda a, v: fnp.convolve(a, v, mode="same"), (3,), (4,), label="convolve[same]"),
+    case("correlate", fnp.correlate, (5,), (3,)),
+    case("correlate", lambda a, v: fnp.correlate(a, v, mode="full"), (3,), (4,), label="correlate[full]"),
     case("tensordot", lambda a, b: fnp.tensordot(a, b, axes=([1, 0], [0, 2])), (2, 3, 2), (3, 4, 2),
          label="axis lists"),
     case("trace", lambda x: fnp.trace(x, offset=1), (3, 4)),
@@ -482,7 +487,7 @@ SKIPPED: dict[str, str] = {
     **dict.fromkeys(["argmax", "argmin", "argsort", "count_nonzero", "searchsorted", "diag_indices_from",
                      "tril_indices_from", "triu_indices_from", "ix_"], "integer"),
     # boolean: predicates and comparisons
-    **dict.fromkeys(["all", "any", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
+    **dict.fromkeys(["all", "allclose", "any", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
                      "isclose", "isfinite", "isinf", "isnan", "isneginf", "isposinf", "isin", "signbit",
                      "logical_and", "logical_or", "logical_xor", "logical_not"], "boolean"),
     # bitwise: defined on integer and boolean inputs only
