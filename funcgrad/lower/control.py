@@ -1,0 +1,156 @@
+"""Control flow in plans: ``scan``, ``while`` and ``cond`` run as loops and branches over compiled sub-plans.
+
+The scheduler leaves a control-flow equation whole (its sub-IRs are not fused into the kernels around
+it); the plan (``lower/plan.py``) turns it into a ``ControlStep`` and compiles each of its sub-IRs
+(a scan's body, a while loop's condition and body, every branch of a cond) into a plan of its own, once,
+when the outer plan is built. Running the step is then a loop of sub-plan replays:
+
+- ``scan``: one replay of the body's plan per step, on the consts, the carries (the arrays the previous
+  step's kernels wrote, passed on as they are: never copied, never traced or scheduled again) and the
+  step's slices of ``xs`` (views of the stacked inputs, no copy); each step's ``ys`` are written into
+  their row of a stacked output allocated once. ``reverse`` walks the rows backwards.
+- ``while``: replays of the condition's plan and the body's plan until the condition's bool is false.
+- ``cond``: the branch the index picks (clamped into range, as ``lax.switch``) is replayed once.
+
+A sub-plan may hold control steps itself (a scan in a scan's body). The backward of a scan is a scan
+(``transforms/control_flow.py``), so it runs the same way. The per-step cost is the body plan's replay
+(one call per kernel on raw addresses, see ``Plan.replay``) and a few list operations, whatever the
+number of steps. With DEBUG or the NaN/inf checks on, each replay is the sub-plan's checked ``run``
+instead (DEBUG=2 then shows every step's kernels). A device that keeps values in its own memory
+(``resident``) runs its sub-plans through ``run`` too, so there the carries cross to the host once per
+step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from funcgrad.ir.core import IR, Eqn, Literal
+from funcgrad.lower import pool
+from funcgrad.util.config import nonfinite_checks
+from funcgrad.util.debug import debug_level
+
+CONTROL_FLOW = frozenset({"scan", "while", "cond"})  # primitives a plan runs as a ControlStep
+
+Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
+
+
+@attrs.frozen(eq=False)
+class ControlStep:
+    """A control-flow equation of a plan, run over compiled sub-plans (see the module docstring)."""
+
+    eqn: Eqn
+
+
+def is_control(eqn: Eqn) -> bool:
+    return eqn.primitive.name in CONTROL_FLOW
+
+
+def _caller(plan: Any) -> Runner:
+    """How to run a sub-plan on a list of arrays now: its lean replay, or its checked ``run`` when DEBUG or
+    the NaN/inf checks are on or the plan has no replay (a resident device)."""
+    replay = plan.replay
+    if replay is None or debug_level() or nonfinite_checks():
+        return plan.run  # type: ignore[no-any-return]
+    return replay  # type: ignore[no-any-return]
+
+
+def _fixers(ir: IR) -> list[tuple[int, np.ndarray]]:
+    """A sub-plan's outputs that are literals, as the arrays of their exact dtype (a replay hands literals
+    back as ``np.asarray(value)``): the loop puts these in their place."""
+    return [(i, np.asarray(atom.value, dtype=atom.aval.dtype)) for i, atom in enumerate(ir.outputs)
+            if isinstance(atom, Literal)]
+
+
+def _contiguous(values: Sequence[Any], avals: Sequence[Any]) -> list[np.ndarray]:
+    """The step's operands as C-contiguous arrays of their declared dtypes (the replays' contract)."""
+    out = []
+    for value, aval in zip(values, avals):
+        array = np.asarray(value)
+        if array.dtype != aval.dtype or not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array, dtype=aval.dtype)
+        out.append(array)
+    return out
+
+
+def control_runner(eqn: Eqn, compile_ir: Callable[[IR], Any]) -> Runner:
+    """The function running control-flow equation ``eqn`` on its operand arrays, returning its outputs;
+    ``compile_ir`` turns each sub-IR into a plan (the caller's device, its plan cache)."""
+    name = eqn.primitive.name
+    params = eqn.param_dict
+    in_avals = [atom.aval for atom in eqn.inputs]
+    if name == "scan":
+        return _scan_runner(compile_ir(params["body"]), params["body"], params["length"], params["reverse"],
+                            params["num_consts"], params["num_carry"], in_avals)
+    if name == "while":
+        return _while_runner(compile_ir(params["cond_ir"]), compile_ir(params["body_ir"]), params["body_ir"],
+                             params["cond_nconsts"], params["body_nconsts"], in_avals)
+    if name == "cond":
+        branches = params["branches"]
+        return _cond_runner([compile_ir(b) for b in branches], branches, in_avals)
+    raise ValueError(f"control_runner: {name} is not a control-flow primitive (one of {sorted(CONTROL_FLOW)})")
+
+
+def _scan_runner(body_plan: Any, body: IR, length: int, reverse: bool, num_consts: int, num_carry: int,
+                 in_avals: Sequence[Any]) -> Runner:
+    y_avals = body.out_avals[num_carry:]
+    y_makers = [pool.allocator((length, *aval.shape), aval.dtype) for aval in y_avals]
+    fixes = _fixers(body)
+    carry_fixes = [(i, value) for i, value in fixes if i < num_carry]
+    y_fixes = [(i - num_carry, value) for i, value in fixes if i >= num_carry]
+    first_x = num_consts + num_carry
+    order = range(length - 1, -1, -1) if reverse else range(length)
+
+    def run_scan(values: list[np.ndarray]) -> list[np.ndarray]:
+        values = _contiguous(values, in_avals)
+        consts, carry, xs = values[:num_consts], values[num_consts:first_x], values[first_x:]
+        ys = [make() for make in y_makers]
+        for i, value in y_fixes:  # a literal y: the same in every row
+            ys[i][...] = value
+        call = _caller(body_plan)
+        y_rows = [(y, i) for i, y in enumerate(ys) if all(p != i for p, _ in y_fixes)]
+        for row in order:
+            outs = call(consts + carry + [x[row, ...] for x in xs])  # views (0-d arrays, not scalars)
+            for i, value in carry_fixes:
+                outs[i] = value
+            carry = outs[:num_carry]
+            for y, i in y_rows:
+                y[row] = outs[num_carry + i]
+        return carry + ys
+    return run_scan
+
+
+def _while_runner(cond_plan: Any, body_plan: Any, body: IR, cond_nconsts: int, body_nconsts: int,
+                  in_avals: Sequence[Any]) -> Runner:
+    fixes = _fixers(body)
+    first_carry = cond_nconsts + body_nconsts
+
+    def run_while(values: list[np.ndarray]) -> list[np.ndarray]:
+        values = _contiguous(values, in_avals)
+        cond_consts, body_consts = values[:cond_nconsts], values[cond_nconsts:first_carry]
+        carry = values[first_carry:]
+        test, step = _caller(cond_plan), _caller(body_plan)
+        while test(cond_consts + carry)[0]:
+            carry = step(body_consts + carry)
+            for i, value in fixes:
+                carry[i] = value
+        return carry
+    return run_while
+
+
+def _cond_runner(plans: list[Any], branches: Sequence[IR], in_avals: Sequence[Any]) -> Runner:
+    fixes = [_fixers(branch) for branch in branches]
+    last = len(plans) - 1
+
+    def run_cond(values: list[np.ndarray]) -> list[np.ndarray]:
+        values = _contiguous(values, in_avals)
+        chosen = min(max(int(values[0]), 0), last)  # out-of-range indices clamp, as lax.switch
+        outs = list(_caller(plans[chosen])(values[1:]))
+        for i, value in fixes[chosen]:
+            outs[i] = value
+        return outs
+    return run_cond
