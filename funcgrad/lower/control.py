@@ -55,8 +55,8 @@ def _caller(plan: Any) -> Runner:
     the NaN/inf checks are on or the plan has no replay (a resident device)."""
     replay = plan.replay
     if replay is None or debug_level() or nonfinite_checks():
-        return plan.run  # type: ignore[no-any-return]
-    return replay  # type: ignore[no-any-return]
+        return plan.run
+    return replay
 
 
 def _fixers(ir: IR) -> list[tuple[int, np.ndarray]]:

@@ -52,7 +52,6 @@ from funcgrad.util.config import nonfinite_checks
 from funcgrad.util.debug import debug_level
 from funcgrad.util.version import code_version
 
-
 PlanStep = Step | ControlStep  # what a plan runs: kernels, host steps, control flow over sub-plans
 
 
@@ -164,7 +163,7 @@ def _launcher(compiled: Any) -> tuple[Callable[..., None], tuple[int, ...]]:
 class Plan:
     """The compiled form of one IR: kernels (compiled for ``device``) and host steps, in order."""
 
-    def __init__(self, ir: IR, device: Device, restored: tuple[list[Step], list[Any]] | None = None) -> None:
+    def __init__(self, ir: IR, device: Device, restored: tuple[list[PlanStep], list[Any]] | None = None) -> None:
         """Schedule and compile ``ir``; or, with ``restored`` (steps and their compiled kernels, from
         ``PlanDiskCache.load``), take those instead."""
         started = time.perf_counter()
@@ -174,12 +173,13 @@ class Plan:
             self.ir = split_long_reductions(self.ir, limit)
         self.device = device
         row_reductions = bool(device.row_reductions)  # see schedule._materialized
-        self.steps: list[PlanStep] = schedule(self.ir, row_reductions) if restored is None else restored[0]
-        if restored is None and device.fuse_siblings:
-            self.steps = fuse_siblings(self.steps)
+        scheduled: Sequence[PlanStep] = restored[0] if restored is not None else []
+        if restored is None:
+            fresh = schedule(self.ir, row_reductions)
+            scheduled = fuse_siblings(fresh) if device.fuse_siblings else fresh
         # control flow (scan, while, cond): loops and branches over compiled sub-plans (lower/control.py)
-        self.steps = [ControlStep(step.eqn) if isinstance(step, HostStep) and is_control(step.eqn) else step
-                      for step in self.steps]
+        self.steps: list[PlanStep] = [ControlStep(step.eqn) if isinstance(step, HostStep) and is_control(step.eqn)
+                                      else step for step in scheduled]
         if restored is None:
             PHASE_SECONDS["schedule"] += time.perf_counter() - started
         self.controls = {id(step): control_runner(step.eqn, lambda sub: compile_plan(sub, device))
