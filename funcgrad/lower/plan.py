@@ -45,6 +45,7 @@ from funcgrad.lower.control import ControlStep, control_runner, is_control
 from funcgrad.lower.device import Device
 from funcgrad.lower.fuse import fuse_siblings
 from funcgrad.lower.kernel import Kernel
+from funcgrad.lower.scan_rewrite import rewrite_scans
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
 from funcgrad.lower.split_reductions import split_long_reductions
 from funcgrad.util.caches import LRUCache, cache_size, checked_entry, read_checked, write_atomically
@@ -168,6 +169,7 @@ class Plan:
         ``PlanDiskCache.load``), take those instead."""
         started = time.perf_counter()
         self.ir = inline_calls(ir)  # the outputs of calls are renamed when their bodies are inlined
+        self.ir = rewrite_scans(self.ir)  # products that need not run per step leave the loops
         limit = device.max_reduction  # loop iterations one kernel invocation may run
         if limit:
             self.ir = split_long_reductions(self.ir, limit)
