@@ -23,13 +23,16 @@ step.
 
 from __future__ import annotations
 
+import ctypes
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 
-from funcgrad.ir.core import IR, Eqn, Literal
+from funcgrad.ir.core import IR, Eqn, Literal, Var
 from funcgrad.lower import pool
 from funcgrad.util.config import nonfinite_checks
 from funcgrad.util.debug import debug_level
@@ -105,8 +108,12 @@ def _scan_runner(body_plan: Any, body: IR, length: int, reverse: bool, num_const
     first_x = num_consts + num_carry
     order = range(length - 1, -1, -1) if reverse else range(length)
 
+    flat = _address_loop(body_plan, length, reverse, num_consts, num_carry, y_makers)
+
     def run_scan(values: list[np.ndarray]) -> list[np.ndarray]:
         values = _contiguous(values, in_avals)
+        if flat is not None and not debug_level() and not nonfinite_checks():
+            return flat(values)
         consts, carry, xs = values[:num_consts], values[num_consts:first_x], values[first_x:]
         ys = [make() for make in y_makers]
         for i, value in y_fixes:  # a literal y: the same in every row
@@ -122,6 +129,102 @@ def _scan_runner(body_plan: Any, body: IR, length: int, reverse: bool, num_const
                 y[row] = outs[num_carry + i]
         return carry + ys
     return run_scan
+
+
+def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, num_carry: int,
+                  y_makers: list[Callable[[], np.ndarray]]) -> Runner | None:
+    """The scan as a loop over raw kernel launches, when its body plan is kernels only (``Plan.launches``)
+    and each body output is a distinct kernel output: every value of the body gets a slot in an address
+    table, filled once per run (consts, intermediates in buffers allocated once) and per step only where
+    it moves (the step's rows of ``xs``; the ``ys`` rows the kernels write straight into; carries, which
+    live in the ``ys`` row that holds them or else alternate between two buffers). A step is then the
+    kernel calls on addresses from the table: no array is made, copied or looked at. None when the body
+    does not qualify (the loop of body replays runs instead)."""
+    launches = body_plan.launches
+    if launches is None:
+        return None
+    ir = body_plan.ir
+    outs = list(ir.outputs)
+    carry_out, y_out = outs[:num_carry], outs[num_carry:]
+    if not all(isinstance(atom, Var) for atom in outs) \
+            or len({v.id for v in carry_out}) != len(carry_out) or len({v.id for v in y_out}) != len(y_out):
+        return None  # a literal output, or one value returned twice as carries (or as ys)
+    slot: dict[int, int] = {}
+    for var in ir.in_vars:
+        slot.setdefault(var.id, len(slot))
+    inputs_of_body = set(slot)
+    y_index = {v.id: i for i, v in enumerate(y_out)}
+    carry_ids = {v.id for v in carry_out}
+    y_homes: list[tuple[int, int]] = []               # (slot, y number): written into the step's row
+    alternating: list[tuple[int, Any]] = []           # (slot, aval): a carry only, in two buffers in turn
+    intermediates: list[tuple[int, Any]] = []         # (slot, aval): one buffer for every step
+    home: dict[int, int] = {}                         # an output's var -> the slot it is written to
+    numbers = itertools.count(len(slot))
+
+    def place(var: Var) -> int:
+        number = home[var.id] = next(numbers)
+        if var.id in y_index:
+            y_homes.append((number, y_index[var.id]))
+        elif var.id in carry_ids:
+            alternating.append((number, var.aval))
+        else:
+            intermediates.append((number, var.aval))
+        return number
+
+    program: list[tuple[Callable[..., None], list[int], tuple[int, ...]]] = []
+    for function, tail, inputs, outputs in launches:
+        for var in outputs:
+            slot[var.id] = place(var)
+        program.append((function, [slot[v.id] for v in outputs] + [slot[v.id] for v in inputs], tail))
+    # outputs that are inputs of the body (a carry passed on, an xs row kept as a y): copied to their home
+    copies = [(slot[v.id], place(v), v.aval.size * v.aval.dtype.itemsize)
+              for v in {v.id: v for v in outs if v.id in inputs_of_body}.values()]
+    first_x = num_consts + num_carry
+    x_rows = [(slot[var.id], i, _row_bytes(var.aval)) for i, var in enumerate(ir.in_vars[first_x:])]
+    y_rows = [(number, i, _row_bytes(y_out[i].aval)) for number, i in y_homes]
+    links = [(slot[ir.in_vars[num_consts + k].id], home[v.id]) for k, v in enumerate(carry_out)]
+    final_y = [y_index.get(v.id) for v in carry_out]  # where each carry ends: its ys row, or its buffers
+    order = list(range(length - 1, -1, -1) if reverse else range(length))
+    size = next(numbers)
+
+    def run_flat(values: list[np.ndarray]) -> list[np.ndarray]:
+        ys = [make() for make in y_makers]
+        if not order:
+            return values[num_consts:first_x] + ys
+        table = [0] * size
+        for number, value in enumerate(values[:first_x]):
+            table[number] = value.ctypes.data
+        buffers = [np.empty(aval.shape, aval.dtype) for _, aval in intermediates]
+        for (number, _), buffer in zip(intermediates, buffers):
+            table[number] = buffer.ctypes.data
+        pairs = [(np.empty(aval.shape, aval.dtype), np.empty(aval.shape, aval.dtype)) for _, aval in alternating]
+        flips = [(number, pair[1].ctypes.data, pair[0].ctypes.data) for (number, _), pair in zip(alternating, pairs)]
+        rows = [(number, values[first_x + i].ctypes.data, stride) for number, i, stride in x_rows]
+        rows += [(number, ys[i].ctypes.data, stride) for number, i, stride in y_rows]
+        get, memmove = table.__getitem__, ctypes.memmove
+        odd = False
+        for row in order:
+            for number, base, stride in rows:
+                table[number] = base + row * stride
+            for number, even_address, odd_address in flips:  # step 0 writes the second buffer
+                table[number] = odd_address if odd else even_address
+            for function, arguments, tail in program:
+                function(*map(get, arguments), *tail)
+            for source, into, count in copies:
+                memmove(table[into], table[source], count)
+            for into, source in links:
+                table[into] = table[source]
+            odd = not odd
+        last = order[-1]  # the last step wrote the second buffer of each pair after an odd number of steps
+        by_slot = {number: pair[1] if odd else pair[0] for (number, _), pair in zip(alternating, pairs)}
+        carry = [ys[i][last, ...] if i is not None else by_slot[home[v.id]] for i, v in zip(final_y, carry_out)]
+        return carry + ys
+    return run_flat
+
+
+def _row_bytes(aval: Any) -> int:
+    """The bytes of one ``aval``: the distance between two rows of a C-contiguous stack of them."""
+    return math.prod(aval.shape) * aval.dtype.itemsize
 
 
 def _while_runner(cond_plan: Any, body_plan: Any, body: IR, cond_nconsts: int, body_nconsts: int,

@@ -193,9 +193,25 @@ class Plan:
         self.resident = bool(device.resident)
         self.release_after = _last_uses(self.ir, self.steps)
         self.replay = None if self.resident else self._replay_steps()
+        self.launches = self._launches() if self.replay is not None else None
         if debug_level() >= 3:  # a device's compiled kernel carries the optimiser's opts
             for kernel, done in zip(self.kernels, compiled):
                 print(getattr(done, "kernel", kernel), file=sys.stderr)
+
+    def _launches(self) -> list[tuple[Callable[..., None], tuple[int, ...], tuple[Var, ...], tuple[Var, ...]]] | None:
+        """The plan as raw kernel launches, (function, trailing arguments, input vars, output vars) per step,
+        the function taking output then input addresses; None unless every step is a non-empty kernel with a
+        raw launch. A scan whose body plan has them runs its loop on addresses (``lower/control.py``)."""
+        launches = []
+        for step in self.steps:
+            if not isinstance(step, KernelStep):
+                return None
+            compiled = self.compiled[id(step)]
+            if getattr(compiled, "launch", None) is None or not getattr(compiled, "size", 0):
+                return None
+            function, tail = _launcher(compiled)
+            launches.append((function, tail, step.inputs, step.outputs))
+        return launches
 
     def _replay_steps(self) -> Callable[[list[np.ndarray]], list[np.ndarray]] | None:
         """The lean replay (see ``replay_arrays``), made once: one closure per step, reading and writing a

@@ -108,7 +108,7 @@ def _hoist(loop: _Loop, before: list[Eqn]) -> bool:
     for position, eqn in enumerate(loop.eqns):
         if eqn.primitive is not dot_general_p or not all(isinstance(a, Var) for a in eqn.inputs):
             continue
-        lhs, rhs = eqn.inputs
+        lhs, rhs = (atom for atom in eqn.inputs if isinstance(atom, Var))
         (lc, rc), (lb, rb) = eqn.param_dict["contracting"], eqn.param_dict["batch"]
         out = eqn.outputs[0]
         if loop.stacked_bytes(out.aval) > MAX_STACKED_BYTES:
@@ -166,8 +166,8 @@ def _accumulate(loop: _Loop, after: list[Eqn]) -> bool:
             source = sole_producer(source.inputs[0])
         if source is None or source.primitive not in (dot_general_p, reduce_sum_p):
             continue
-        operands = source.inputs
-        if not all(isinstance(a, Var) and a.id not in consts for a in operands) \
+        operands = [a for a in source.inputs if isinstance(a, Var)]
+        if len(operands) != len(source.inputs) or any(a.id in consts for a in operands) \
                 or any(loop.stacked_bytes(a.aval) > MAX_STACKED_BYTES for a in operands if a.id not in stacked_of):
             continue
         chain.append(source)
@@ -190,7 +190,7 @@ def _accumulate(loop: _Loop, after: list[Eqn]) -> bool:
                                                       "batch": (_shifted(lb), _shifted(rb))}, [total]))
         else:
             after.append(Eqn(reduce_sum_p, stacked, {"axes": (0, *_shifted(source.param_dict["axes"]))}, [total]))
-        if permutation is not None:
+        if permutation is not None and isinstance(term, Var):
             moved = Var(term.aval)
             after.append(Eqn(transpose_p, [total], {"permutation": permutation}, [moved]))
             total = moved

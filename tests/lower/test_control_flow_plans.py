@@ -243,35 +243,72 @@ def test_scan_and_its_backward_are_control_steps_not_host_steps() -> None:
                 assert body.kernels and not [s for s in body.steps if isinstance(s, HostStep)]
 
 
-def test_the_loop_runs_no_trace_no_schedule_and_passes_carries_through_uncopied() -> None:
-    args = rnn_args(steps=6)
-    grad = fg.jit(fg.grad(rnn, argnums=(0, 1, 2)))
-    tensors = [Tensor(a) for a in args]
-    first = [g.numpy() for g in grad(*tensors)]
-    plan = plan_of(fg.grad(rnn, argnums=(0, 1, 2)), *args)
-    forward = next(s for s in plan.steps if isinstance(s, ControlStep))
-    body = compile_plan(forward.eqn.param_dict["body"], default_device())
-    if body.replay is None:
-        pytest.skip(f"device {default_device().name} has no lean replay")
-    calls: list[tuple[list[int], list[int]]] = []
-    original = body.replay
+def _watch_replays(plan: Any, calls: list[tuple[list[int], list[int]]]) -> Any:
+    """Wrap ``plan.replay`` to record the ids of each call's inputs and outputs; returns the original."""
+    original = plan.replay
 
     def watched(arrays: list[np.ndarray]) -> list[np.ndarray]:
         outs = original(arrays)
         calls.append(([id(a) for a in arrays], [id(o) for o in outs]))
         return outs
+    plan.replay = watched
+    return original
+
+
+def test_the_loops_run_on_addresses_with_no_trace_schedule_or_body_replay() -> None:
+    args = rnn_args(steps=6)
+    grad = fg.jit(fg.grad(rnn, argnums=(0, 1, 2)))
+    tensors = [Tensor(a) for a in args]
+    first = [g.numpy() for g in grad(*tensors)]
+    plan = plan_of(fg.grad(rnn, argnums=(0, 1, 2)), *args)
+    bodies = [compile_plan(s.eqn.param_dict["body"], default_device()) for s in plan.steps
+              if isinstance(s, ControlStep)]
+    if any(body.launches is None for body in bodies):
+        pytest.skip(f"device {default_device().name} has no raw kernel launches")
+    calls: list[tuple[list[int], list[int]]] = []
+    originals = [_watch_replays(body, calls) for body in bodies]
     built = PHASE_COUNTS["plans_built"]
-    body.replay = watched
     try:
         again = [g.numpy() for g in grad(*tensors)]
     finally:
-        body.replay = original
+        for body, original in zip(bodies, originals):
+            body.replay = original
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)
-    assert len(calls) == 6 and grad.trace_count == 1 and PHASE_COUNTS["plans_built"] == built
-    num_consts = forward.eqn.param_dict["num_consts"]
+    assert not calls  # both loops (forward and backward) ran their kernels on addresses
+    assert grad.trace_count == 1 and PHASE_COUNTS["plans_built"] == built
+
+    def states(w: Any, u: Any, b: Any, xs: Any, h0: Any) -> Any:
+        return lax.scan(lambda h, x: (fnp.tanh(h @ w + x @ u + b),) * 2, h0, xs)
+    lowered = fg.jit(states).lower(*tensors)
+    h, hs = jit_plan(lowered.ir, default_device()).run([c.numpy() for c in lowered.consts] + list(args))
+    np.testing.assert_array_equal(h, hs[-1])
+    assert np.shares_memory(h, hs)  # the carry lives in the ys row its kernel wrote: no copy
+
+
+def test_a_body_with_a_host_step_replays_its_plan_and_passes_carries_through_uncopied() -> None:
+    def fn(w: Any, xs: Any) -> Any:
+        return lax.scan(lambda c, x: (fnp.sort(fnp.tanh(c * w + x)), c.sum()), fnp.zeros(4, dtype="float32"), xs)
+    w, xs = f32(4), f32(6, 4)
+    carry, ys = check(fn, w, xs)
+    want = np.zeros(4)
+    for x in xs.astype(np.float64):
+        want = np.sort(np.tanh(want * w + x))
+    np.testing.assert_allclose(carry, want, rtol=1e-5)
+    (step,) = [s for s in plan_of(fn, w, xs).steps if isinstance(s, ControlStep)]
+    body = compile_plan(step.eqn.param_dict["body"], default_device())
+    if body.replay is None:
+        pytest.skip(f"device {default_device().name} has no lean replay")
+    assert body.launches is None and any(isinstance(s, HostStep) for s in body.steps)
+    calls: list[tuple[list[int], list[int]]] = []
+    original = _watch_replays(body, calls)
+    try:
+        fg.jit(fn)(Tensor(w), Tensor(xs))[0].numpy()
+    finally:
+        body.replay = original
+    assert len(calls) == 6
     for (_, outs), (ins, _) in zip(calls, calls[1:]):  # step t's carry is step t+1's input, the same object
-        assert ins[num_consts] == outs[0]
+        assert ins[1] == outs[0]
 
 
 def test_debug_lines_name_the_loop(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
