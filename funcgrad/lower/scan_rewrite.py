@@ -12,8 +12,9 @@ work out of the loop, each exact in real arithmetic (float rounding differs as a
   nothing else, is what a scan's backward does with every weight's gradient. The carry goes; ``a`` and
   ``b`` become ``ys`` (or are the stacked ``xs`` already), and after the loop one product contracts the
   step axis too: ``acc_final = acc_init + dot_general(A, B)`` with the step axis added to the contracting
-  dimensions. The per-step weight-gradient products (a contraction over the batch only) become one
-  contraction over batch and time.
+  dimensions (merged into the leading contracted axis when the step's product contracts both operands'
+  leading axes, so the product is the 2-D one it was, only longer). The per-step weight-gradient products
+  (a contraction over the batch only) become one contraction over batch and time.
 
 Both apply to a fixed point, and to nested scans (each body is compiled as a plan of its own, which
 rewrites its scans in turn). ``MAX_STACKED_BYTES`` bounds the memory a rule may add (the stacked operands
@@ -29,7 +30,7 @@ import attrs
 
 from funcgrad.ir.core import IR, Eqn, Literal, ShapedArray, Var
 from funcgrad.ir.higher_order import scan_p
-from funcgrad.ir.primitives import add_p, dot_general_p, reduce_sum_p, transpose_p
+from funcgrad.ir.primitives import add_p, dot_general_p, reduce_sum_p, reshape_p, transpose_p
 
 MAX_STACKED_BYTES = 256 << 20  # memory a rewrite may add per stacked value (the loop's own ys are not counted)
 
@@ -186,8 +187,17 @@ def _accumulate(loop: _Loop, after: list[Eqn]) -> bool:
         total = Var(source.outputs[0].aval)
         if source.primitive is dot_general_p:
             (lc, rc), (lb, rb) = source.param_dict["contracting"], source.param_dict["batch"]
-            after.append(Eqn(dot_general_p, stacked, {"contracting": ((0, *_shifted(lc)), (0, *_shifted(rc))),
-                                                      "batch": (_shifted(lb), _shifted(rb))}, [total]))
+            if (0, 0) in zip(lc, rc):  # the step's product contracts both leading axes: merge the step axis in
+                merged = []
+                for rows in stacked:
+                    flat = Var(ShapedArray((loop.length * rows.aval.shape[1], *rows.aval.shape[2:]), rows.aval.dtype))
+                    after.append(Eqn(reshape_p, [rows], {"new_sizes": flat.aval.shape}, [flat]))
+                    merged.append(flat)
+                after.append(Eqn(dot_general_p, merged, {"contracting": (tuple(lc), tuple(rc)),
+                                                         "batch": (tuple(lb), tuple(rb))}, [total]))
+            else:
+                after.append(Eqn(dot_general_p, stacked, {"contracting": ((0, *_shifted(lc)), (0, *_shifted(rc))),
+                                                          "batch": (_shifted(lb), _shifted(rb))}, [total]))
         else:
             after.append(Eqn(reduce_sum_p, stacked, {"axes": (0, *_shifted(source.param_dict["axes"]))}, [total]))
         if permutation is not None and isinstance(term, Var):
