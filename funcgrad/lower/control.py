@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -185,6 +186,16 @@ def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, n
     links = [(slot[ir.in_vars[num_consts + k].id], home[v.id]) for k, v in enumerate(carry_out)]
     final_y = [y_index.get(v.id) for v in carry_out]  # where each carry ends: its ys row, or its buffers
     order = list(range(length - 1, -1, -1) if reverse else range(length))
+    constants: list[tuple[int, int]] = []  # (slot, value): the kernels' trailing arguments, in the table too
+    fetchers: list[tuple[Callable[..., None], Callable[[list[int]], Any]]] = []
+    for function, arguments, tail in program:
+        for value in tail:
+            number = next(numbers)
+            constants.append((number, value))
+            arguments = [*arguments, number]
+        # itemgetter collects a kernel's arguments in one C call (a tuple; a bare value for one argument)
+        fetch = operator.itemgetter(*arguments)
+        fetchers.append((function, fetch if len(arguments) > 1 else _as_tuple(fetch)))
     size = next(numbers)
 
     def run_flat(values: list[np.ndarray]) -> list[np.ndarray]:
@@ -192,6 +203,8 @@ def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, n
         if not order:
             return values[num_consts:first_x] + ys
         table = [0] * size
+        for number, constant in constants:
+            table[number] = constant
         for number, value in enumerate(values[:first_x]):
             table[number] = value.ctypes.data
         buffers = [np.empty(aval.shape, aval.dtype) for _, aval in intermediates]
@@ -201,15 +214,15 @@ def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, n
         flips = [(number, pair[1].ctypes.data, pair[0].ctypes.data) for (number, _), pair in zip(alternating, pairs)]
         rows = [(number, values[first_x + i].ctypes.data, stride) for number, i, stride in x_rows]
         rows += [(number, ys[i].ctypes.data, stride) for number, i, stride in y_rows]
-        get, memmove = table.__getitem__, ctypes.memmove
+        memmove = ctypes.memmove
         odd = False
         for row in order:
             for number, base, stride in rows:
                 table[number] = base + row * stride
             for number, even_address, odd_address in flips:  # step 0 writes the second buffer
                 table[number] = odd_address if odd else even_address
-            for function, arguments, tail in program:
-                function(*map(get, arguments), *tail)
+            for function, fetch in fetchers:
+                function(*fetch(table))
             for source, into, count in copies:
                 memmove(table[into], table[source], count)
             for into, source in links:
@@ -220,6 +233,10 @@ def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, n
         carry = [ys[i][last, ...] if i is not None else by_slot[home[v.id]] for i, v in zip(final_y, carry_out)]
         return carry + ys
     return run_flat
+
+
+def _as_tuple(fetch: Callable[[list[int]], Any]) -> Callable[[list[int]], tuple[Any, ...]]:
+    return lambda table: (fetch(table),)
 
 
 def _row_bytes(aval: Any) -> int:
