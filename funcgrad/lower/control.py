@@ -186,16 +186,7 @@ def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, n
     links = [(slot[ir.in_vars[num_consts + k].id], home[v.id]) for k, v in enumerate(carry_out)]
     final_y = [y_index.get(v.id) for v in carry_out]  # where each carry ends: its ys row, or its buffers
     order = list(range(length - 1, -1, -1) if reverse else range(length))
-    constants: list[tuple[int, int]] = []  # (slot, value): the kernels' trailing arguments, in the table too
-    fetchers: list[tuple[Callable[..., None], Callable[[list[int]], Any]]] = []
-    for function, arguments, tail in program:
-        for value in tail:
-            number = next(numbers)
-            constants.append((number, value))
-            arguments = [*arguments, number]
-        # itemgetter collects a kernel's arguments in one C call (a tuple; a bare value for one argument)
-        fetch = operator.itemgetter(*arguments)
-        fetchers.append((function, fetch if len(arguments) > 1 else _as_tuple(fetch)))
+    fetchers, constants = _fetchers(program, numbers)
     size = next(numbers)
 
     def run_flat(values: list[np.ndarray]) -> list[np.ndarray]:
@@ -235,6 +226,119 @@ def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, n
     return run_flat
 
 
+Program = list[tuple[Callable[..., None], list[int], tuple[int, ...]]]  # (function, argument slots, trailing args)
+Fetchers = list[tuple[Callable[..., None], Callable[[list[int]], Any]]]
+
+
+def _fetchers(program: Program, numbers: Any) -> tuple[Fetchers, list[tuple[int, int]]]:
+    """Each kernel with a function collecting its arguments from the table in one C call (an itemgetter),
+    and the (slot, value) pairs of the trailing arguments, which get slots (from ``numbers``) too."""
+    constants: list[tuple[int, int]] = []
+    fetchers: Fetchers = []
+    for function, arguments, tail in program:
+        for value in tail:
+            number = next(numbers)
+            constants.append((number, value))
+            arguments = [*arguments, number]
+        fetch = operator.itemgetter(*arguments)  # a tuple; a bare value for one argument
+        fetchers.append((function, fetch if len(arguments) > 1 else _as_tuple(fetch)))
+    return fetchers, constants
+
+
+def _kernel_table(plan: Any, first: Callable[[Var], int], numbers: Any, carries: dict[int, int]
+                  ) -> tuple[Program, list[tuple[int, Any]], list[tuple[int, Any]]] | None:
+    """A kernels-only plan (``Plan.launches``) as a program over an address table: ``first(var)`` gives the
+    slot of each of the plan's inputs, ``carries`` maps the output variables that are carries to their
+    number. Returns the program, the carries' slots with their avals (their buffers alternate), and the
+    intermediates' slots with their avals; None when the plan has no launches."""
+    if plan.launches is None:
+        return None
+    slot = {var.id: first(var) for var in plan.ir.in_vars}
+    alternating: list[tuple[int, Any]] = []
+    intermediates: list[tuple[int, Any]] = []
+    program: Program = []
+    for function, tail, inputs, outputs in plan.launches:
+        for var in outputs:
+            number = slot[var.id] = next(numbers)
+            (alternating if var.id in carries else intermediates).append((number, var.aval))
+        program.append((function, [slot[v.id] for v in outputs] + [slot[v.id] for v in inputs], tail))
+    return program, alternating, intermediates
+
+
+def _address_while(cond_plan: Any, body_plan: Any, cond_nconsts: int, body_nconsts: int) -> Runner | None:
+    """The while loop over raw kernel launches when its condition's and body's plans are kernels only and the
+    body's outputs are distinct kernel outputs: one address table for both, the carries alternating between
+    two buffers each, the condition's bool read from its one-byte buffer. None when they do not qualify."""
+    outs = list(body_plan.ir.outputs)
+    flag = cond_plan.ir.outputs[0]
+    if body_plan.launches is None or cond_plan.launches is None or not isinstance(flag, Var) \
+            or not all(isinstance(v, Var) for v in outs) or len({v.id for v in outs}) != len(outs) \
+            or any(v.id not in {o.id for *_, os_ in body_plan.launches for o in os_} for v in outs):
+        return None
+    count = len(outs)
+    numbers = itertools.count(cond_nconsts + body_nconsts + count)  # consts of both, then the current carries
+    cond_in, body_in = cond_plan.ir.in_vars, body_plan.ir.in_vars
+    cond_slot = {v.id: (i if i < cond_nconsts else cond_nconsts + body_nconsts + i - cond_nconsts)
+                 for i, v in enumerate(cond_in)}
+    body_slot = {v.id: (cond_nconsts + i if i < body_nconsts else cond_nconsts + body_nconsts + i - body_nconsts)
+                 for i, v in enumerate(body_in)}
+    tested = _kernel_table(cond_plan, lambda v: cond_slot[v.id], numbers, {})
+    stepped = _kernel_table(body_plan, lambda v: body_slot[v.id], numbers, {v.id: i for i, v in enumerate(outs)})
+    if tested is None or stepped is None:
+        return None
+    cond_program, _, cond_buffers = tested
+    body_program, alternating, body_buffers = stepped
+    flag_slot = next(number for (number, _), var in zip(cond_buffers, _outputs_in_order(cond_plan)) if var is flag)
+    slot_of_output = {var.id: number for (number, _), var in zip(alternating, _carries_in_order(body_plan, outs))}
+    homes = [slot_of_output[v.id] for v in outs]
+    test, test_constants = _fetchers(cond_program, numbers)
+    step, step_constants = _fetchers(body_program, numbers)
+    size = next(numbers)
+    first_carry = cond_nconsts + body_nconsts
+
+    def run_while(values: list[np.ndarray]) -> list[np.ndarray]:
+        table = [0] * size
+        for number, constant in test_constants + step_constants:
+            table[number] = constant
+        for number, value in enumerate(values):
+            table[number] = value.ctypes.data
+        buffers = {number: np.empty(aval.shape, aval.dtype) for number, aval in cond_buffers + body_buffers}
+        for number, buffer in buffers.items():
+            table[number] = buffer.ctypes.data
+        flag_value = buffers[flag_slot]
+        pairs = [(np.empty(v.aval.shape, v.aval.dtype), np.empty(v.aval.shape, v.aval.dtype)) for v in outs]  # as homes
+        addresses = [(pair[0].ctypes.data, pair[1].ctypes.data) for pair in pairs]
+        current = list(range(first_carry, first_carry + count))  # the slots holding the carries' addresses
+        odd = False
+        while True:
+            for function, fetch in test:
+                function(*fetch(table))
+            if not flag_value[()]:
+                break
+            for home, (even_address, odd_address) in zip(homes, addresses):  # step 0 writes the second buffer
+                table[home] = even_address if odd else odd_address
+            for function, fetch in step:
+                function(*fetch(table))
+            for k, home in enumerate(homes):
+                table[first_carry + k] = table[home]
+            odd = not odd
+        result = []
+        for k, (pair, value) in enumerate(zip(pairs, values[first_carry:])):
+            address = table[current[k]]
+            result.append(value if address == value.ctypes.data else pair[0] if address == addresses[k][0] else pair[1])
+        return result
+    return run_while
+
+
+def _outputs_in_order(plan: Any) -> list[Var]:
+    return [var for *_, outputs in plan.launches for var in outputs]
+
+
+def _carries_in_order(plan: Any, outs: list[Var]) -> list[Var]:
+    wanted = {v.id for v in outs}
+    return [var for *_, outputs in plan.launches for var in outputs if var.id in wanted]
+
+
 def _as_tuple(fetch: Callable[[list[int]], Any]) -> Callable[[list[int]], tuple[Any, ...]]:
     return lambda table: (fetch(table),)
 
@@ -248,9 +352,12 @@ def _while_runner(cond_plan: Any, body_plan: Any, body: IR, cond_nconsts: int, b
                   in_avals: Sequence[Any]) -> Runner:
     fixes = _fixers(body)
     first_carry = cond_nconsts + body_nconsts
+    flat = _address_while(cond_plan, body_plan, cond_nconsts, body_nconsts)
 
     def run_while(values: list[np.ndarray]) -> list[np.ndarray]:
         values = _contiguous(values, in_avals)
+        if flat is not None and not debug_level() and not nonfinite_checks():
+            return flat(values)
         cond_consts, body_consts = values[:cond_nconsts], values[cond_nconsts:first_carry]
         carry = values[first_carry:]
         test, step = _caller(cond_plan), _caller(body_plan)

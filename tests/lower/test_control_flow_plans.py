@@ -181,6 +181,29 @@ def test_fori_loop_static_and_traced_bounds() -> None:
                if isinstance(s, ControlStep))
 
 
+def test_a_while_loop_of_kernels_runs_on_addresses() -> None:
+    def fn(x: Any, n: Any) -> Any:  # carries of two dtypes, returned in another order than their kernels run
+        return lax.fori_loop(0, n, lambda i, v: fnp.sin(v) * 0.5 + x, x)
+    x = f32(5)
+    lowered = fg.jit(fn).lower(Tensor(x), Tensor(np.int32(3)))
+    (step,) = [s for s in jit_plan(lowered.ir, default_device()).steps if isinstance(s, ControlStep)]
+    plans = [compile_plan(step.eqn.param_dict[name], default_device()) for name in ("cond_ir", "body_ir")]
+    if any(plan.launches is None for plan in plans):
+        pytest.skip(f"device {default_device().name} has no raw kernel launches")
+    calls: list[tuple[list[int], list[int]]] = []
+    originals = [_watch_replays(plan, calls) for plan in plans]
+    try:
+        for n in (0, 1, 2, 9):
+            want = x.astype(np.float64)
+            for _ in range(n):
+                want = np.sin(want) * 0.5 + x
+            np.testing.assert_allclose(fg.jit(fn)(Tensor(x), Tensor(np.int32(n))).numpy(), want, rtol=1e-5)
+    finally:
+        for plan, original in zip(plans, originals):
+            plan.replay = original
+    assert not calls
+
+
 def test_while_loop_forward_and_jvp() -> None:
     def collatz_like(x: Any) -> Any:
         def cond(state: Any) -> Any:
