@@ -12,10 +12,15 @@ when the outer plan is built. Running the step is then a loop of sub-plan replay
 - ``while``: replays of the condition's plan and the body's plan until the condition's bool is false.
 - ``cond``: the branch the index picks (clamped into range, as ``lax.switch``) is replayed once.
 
+When a body's plan is kernels only (``Plan.launches``: no host or control step in it), the loop does not
+even replay it: ``_address_loop`` (scan) and ``_address_while`` run the kernels' raw functions on
+addresses from one table, updated per step only where a value moves (rows of ``xs`` and ``ys``, the
+carries), so a step makes, copies and inspects no array.
+
 A sub-plan may hold control steps itself (a scan in a scan's body). The backward of a scan is a scan
-(``transforms/control_flow.py``), so it runs the same way. The per-step cost is the body plan's replay
-(one call per kernel on raw addresses, see ``Plan.replay``) and a few list operations, whatever the
-number of steps. With DEBUG or the NaN/inf checks on, each replay is the sub-plan's checked ``run``
+(``transforms/control_flow.py``), so it runs the same way; ``lower/scan_rewrite.py`` first moves the
+products that need not run per step out of the loop. The per-step cost is the kernel calls and a few
+list operations, whatever the number of steps. With DEBUG or the NaN/inf checks on, each replay is the sub-plan's checked ``run``
 instead (DEBUG=2 then shows every step's kernels). A device that keeps values in its own memory
 (``resident``) runs its sub-plans through ``run`` too, so there the carries cross to the host once per
 step.
