@@ -110,6 +110,38 @@ def test_rnn_forward_and_gradients_match_the_interpreter_numpy_and_jax(reverse: 
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
+def test_lstm_gradient_with_gate_slices_and_a_pair_of_carries() -> None:
+    def loss(wx: Any, wh: Any, b: Any, xs: Any) -> Any:
+        hidden = wh.shape[0]
+
+        def step(carry: Any, x: Any) -> Any:
+            h, c = carry
+            g = x @ wx + h @ wh + b
+            i, f, o = (1 / (1 + fnp.exp(-g[:, k * hidden:(k + 1) * hidden])) for k in range(3))
+            c = f * c + i * fnp.tanh(g[:, 3 * hidden:])
+            h = o * fnp.tanh(c)
+            return (h, c), h
+        zeros = fnp.zeros((xs.shape[1], hidden), dtype="float32")
+        _, hs = lax.scan(step, (zeros, zeros), xs)
+        return fnp.mean(hs * hs)
+    args = (f32(3, 8) * 0.5, f32(2, 8) * 0.5, f32(8) * 0.1, f32(4, 3, 3))
+    grads = check(fg.grad(loss, argnums=(0, 1, 2, 3)), *args)
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def loss_jax(wx: Any, wh: Any, b: Any, xs: Any) -> Any:
+        def step(carry: Any, x: Any) -> Any:
+            h, c = carry
+            g = x @ wx + h @ wh + b
+            i, f, o = (jax.nn.sigmoid(g[:, k * 2:(k + 1) * 2]) for k in range(3))
+            c = f * c + i * jnp.tanh(g[:, 6:])
+            return (o * jnp.tanh(c), c), o * jnp.tanh(c)
+        zeros = jnp.zeros((3, 2), jnp.float32)
+        return jnp.mean(jax.lax.scan(step, (zeros, zeros), xs)[1] ** 2)
+    for got, want in zip(grads, jax.grad(loss_jax, argnums=(0, 1, 2, 3))(*args)):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize("steps", [0, 1, 2])
 def test_scan_of_length_zero_one_and_two(steps: int) -> None:
     args = rnn_args(steps=steps)
