@@ -142,6 +142,16 @@ def test_lstm_gradient_with_gate_slices_and_a_pair_of_carries() -> None:
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-6)
 
 
+def test_second_order_through_scan_hvp_and_grad_of_grad() -> None:
+    w, u, b, xs, h0 = rnn_args()
+
+    def loss(w: Any, u: Any) -> Any:
+        return rnn(w, u, b, xs, h0)
+    v = f32(4, 4)
+    check(lambda w, u, v: fg.jvp(lambda w: fg.grad(loss, argnums=(0, 1))(w, u), (w,), (v,))[1], w, u, v)
+    check(fg.grad(lambda w, u: fg.grad(loss)(w, u).sum(), argnums=(0, 1)), w, u)
+
+
 @pytest.mark.parametrize("steps", [0, 1, 2])
 def test_scan_of_length_zero_one_and_two(steps: int) -> None:
     args = rnn_args(steps=steps)
