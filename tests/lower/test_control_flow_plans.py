@@ -27,6 +27,10 @@ from funcgrad.lower.schedule import HostStep
 from funcgrad.util import tree
 
 RNG = np.random.default_rng(18)
+# With DEVICE=CL or WEBGPU every sub-plan is a device program built per test (minutes under load): the
+# default-device pass (CPU) runs this file, and its device test runs CL and WebGPU plans explicitly.
+pytestmark = pytest.mark.skipif(default_device().resident, reason=f"device {default_device().name}: the CPU pass "
+                                "runs these, and test_control_steps_on_a_device_with_its_own_memory its plans")
 
 
 def f32(*shape: int) -> np.ndarray:
@@ -395,12 +399,17 @@ def test_control_steps_on_a_device_with_its_own_memory(name: str) -> None:
         pytest.skip(f"device {name} unavailable: {error}")
     args = rnn_args(steps=3)
     fn = fg.grad(rnn, argnums=(0, 3)) if name == "CL" else rnn  # WebGPU's compiles are slow: the forward only
-    lowered = fg.jit(fn).lower(*[Tensor(a) for a in args])
-    plan = compile_plan(lowered.ir, device)
-    assert any(isinstance(s, ControlStep) for s in plan.steps)
-    arrays = [c.numpy() for c in lowered.consts] + list(args)
-    for got, want in zip(plan.run(arrays), eval_ir(lowered.ir, arrays)):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+    def loops(x: Any, n: Any) -> Any:  # a while (traced bound) and a cond
+        y = lax.fori_loop(0, n, lambda i, v: fnp.tanh(v + x), x)
+        return lax.cond(y.sum() > 0, lambda v: v * 2.0, lambda v: -v, y)
+    for program, operands in ((fn, args), (loops, (f32(3), np.int32(4)))):
+        lowered = fg.jit(program).lower(*[Tensor(a) for a in operands])
+        plan = compile_plan(lowered.ir, device)
+        assert any(isinstance(s, ControlStep) for s in plan.steps)
+        arrays = [c.numpy() for c in lowered.consts] + list(operands)
+        for got, want in zip(plan.run(arrays), eval_ir(lowered.ir, arrays)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_a_plan_with_a_loop_round_trips_through_the_disk_cache(tmp_path: Any) -> None:
