@@ -20,10 +20,10 @@ carries), so a step makes, copies and inspects no array.
 A sub-plan may hold control steps itself (a scan in a scan's body). The backward of a scan is a scan
 (``transforms/control_flow.py``), so it runs the same way; ``lower/scan_rewrite.py`` first moves the
 products that need not run per step out of the loop. The per-step cost is the kernel calls and a few
-list operations, whatever the number of steps. With DEBUG or the NaN/inf checks on, each replay is the sub-plan's checked ``run``
-instead (DEBUG=2 then shows every step's kernels). A device that keeps values in its own memory
-(``resident``) runs its sub-plans through ``run`` too, so there the carries cross to the host once per
-step.
+list operations, whatever the number of steps. With DEBUG or the NaN/inf checks on, each step is the
+sub-plan's checked ``run`` instead (DEBUG=2 then shows every step's kernels). A device that keeps values
+in its own memory (``resident``) runs its sub-plans through ``run`` too, so there the carries cross to
+the host once per step.
 """
 
 from __future__ import annotations
