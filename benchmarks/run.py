@@ -1243,6 +1243,98 @@ WORKLOADS: list[Workload] = [
 
 
 
+# --- rnn_scan (issue 18, control flow): a tanh RNN through lax.scan, forward + backward -----------------------
+# loss = mean(h_t^2 over all steps); gradients of W (hidden->hidden), U (input->hidden) and b. Two sizes
+# (steps, batch, hidden); the loop must be compiled (funcgrad: a loop over the body's kernels in the plan).
+
+RNN_SIZES = {"full": ((64, 32, 256), (128, 32, 128)), "quick": ((4, 2, 8), (6, 3, 4))}
+
+
+def rnn_inputs(sizes: Sizes, index: int) -> dict[str, Any]:
+    steps, batch, hidden = RNN_SIZES["quick" if sizes == QUICK else "full"][index]
+    rng = _rng()
+    scale = np.float32(1.0 / np.sqrt(hidden))
+    return {"w": rng.standard_normal((hidden, hidden), np.float32) * scale,
+            "u": rng.standard_normal((hidden, hidden), np.float32) * scale,
+            "b": rng.standard_normal(hidden, np.float32) * np.float32(0.1),
+            "xs": rng.standard_normal((steps, batch, hidden), np.float32),
+            "h0": np.zeros((batch, hidden), np.float32)}
+
+
+def rnn_reference(inputs: dict[str, Any], dtype: Any = np.float64) -> list[np.ndarray]:
+    """(dW, dU, db) by backpropagation through time, written out (in float64: the reference)."""
+    w, u, b, xs, h = (inputs[k].astype(dtype) for k in ("w", "u", "b", "xs", "h0"))
+    states = [h]
+    for x in xs:
+        states.append(np.tanh(states[-1] @ w + x @ u + b))
+    count = dtype(np.prod(xs.shape))
+    dw, du, db, carry = np.zeros_like(w), np.zeros_like(u), np.zeros_like(b), np.zeros_like(h)
+    for t in range(len(xs) - 1, -1, -1):
+        dh = carry + dtype(2.0) * states[t + 1] / count
+        dz = dh * (dtype(1.0) - states[t + 1] ** 2)
+        dw += states[t].T @ dz
+        du += xs[t].T @ dz
+        db += dz.sum(axis=0)
+        carry = dz @ w.T
+    return [dw, du, db]
+
+
+def _rnn_loss(xp: Any, scan: Callable[..., Any], w: Any, u: Any, b: Any, xs: Any, h0: Any) -> Any:
+    def step(h: Any, x: Any) -> Any:
+        h = xp.tanh(h @ w + x @ u + b)
+        return h, h
+    _, hs = scan(step, h0, xs)
+    return xp.mean(hs * hs)
+
+
+def funcgrad_rnn_scan(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    args = [fnp.asarray(inputs[k]) for k in ("w", "u", "b", "xs", "h0")]
+    grad = fg.jit(fg.grad(partial(_rnn_loss, fnp, fg.lax.scan), argnums=(0, 1, 2)))
+    return lambda: [g.realize() for g in grad(*args)]
+
+
+def jax_rnn_scan(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import jax
+    import jax.numpy as jnp
+    args = [jax.device_put(inputs[k]) for k in ("w", "u", "b", "xs", "h0")]
+    grad = jax.jit(jax.grad(partial(_rnn_loss, jnp, jax.lax.scan), argnums=(0, 1, 2)))
+    return lambda: [g.block_until_ready() for g in grad(*args)]
+
+
+def torch_rnn_scan(inputs: dict[str, Any]) -> Callable[[], Any]:
+    import torch
+    w, u, b = (torch.from_numpy(inputs[k]).requires_grad_() for k in ("w", "u", "b"))
+    xs, h0 = torch.from_numpy(inputs["xs"]), torch.from_numpy(inputs["h0"])
+
+    def step() -> Any:
+        h, total = h0, 0.0
+        for x in xs:  # eager: a Python loop, autograd through every step
+            h = torch.tanh(h @ w + x @ u + b)
+            total = total + (h * h).sum()
+        return torch.autograd.grad(total / float(xs.numel()), (w, u, b))
+    return step
+
+
+def numpy_rnn_scan(inputs: dict[str, Any]) -> Callable[[], Any]:
+    return lambda: rnn_reference(inputs, np.float32)
+
+
+def rnn_workload(index: int) -> Workload:
+    steps, batch, hidden = RNN_SIZES["full"][index]
+    return Workload(f"rnn_scan_{steps}x{hidden}",
+                    lambda s: "{} steps, batch {}, hidden {}: grad through lax.scan".format(
+                        *RNN_SIZES["quick" if s == QUICK else "full"][index]),
+                    lambda s: rnn_inputs(s, index), rnn_reference, _by_framework("rnn_scan"),
+                    tolerance=(1e-3, 1e-5), target=Target("jax", 1.0),
+                    notes={"funcgrad": "fg.jit(fg.grad(loss)), lax.scan", "jax": "jax.jit(jax.grad(loss)), lax.scan",
+                           "numpy": "hand-written BPTT", "torch": "eager Python loop + autograd"})
+
+
+WORKLOADS += [rnn_workload(0), rnn_workload(1)]
+
+
 # --- random numbers (issue 18: threefry as kernels) ------------------------------------------------------
 # One row per sampler and size, each a fresh key's samples; the frameworks' generators differ (torch's
 # is not threefry), so a row checks its samples' moments, not their values (tests/front/test_random*.py

@@ -41,15 +41,19 @@ import numpy as np
 
 from funcgrad.ir.core import IR, Literal, Var
 from funcgrad.lower import hooks, pool
+from funcgrad.lower.control import ControlStep, control_runner, is_control
 from funcgrad.lower.device import Device
 from funcgrad.lower.fuse import fuse_siblings
 from funcgrad.lower.kernel import Kernel
+from funcgrad.lower.scan_rewrite import rewrite_scans
 from funcgrad.lower.schedule import HostStep, KernelStep, Step, inline_calls, schedule
 from funcgrad.lower.split_reductions import split_long_reductions
 from funcgrad.util.caches import LRUCache, cache_size, checked_entry, read_checked, write_atomically
 from funcgrad.util.config import nonfinite_checks
 from funcgrad.util.debug import debug_level
 from funcgrad.util.version import code_version
+
+PlanStep = Step | ControlStep  # what a plan runs: kernels, host steps, control flow over sub-plans
 
 
 def run_on_host_arrays(compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
@@ -160,21 +164,28 @@ def _launcher(compiled: Any) -> tuple[Callable[..., None], tuple[int, ...]]:
 class Plan:
     """The compiled form of one IR: kernels (compiled for ``device``) and host steps, in order."""
 
-    def __init__(self, ir: IR, device: Device, restored: tuple[list[Step], list[Any]] | None = None) -> None:
+    def __init__(self, ir: IR, device: Device, restored: tuple[list[PlanStep], list[Any]] | None = None) -> None:
         """Schedule and compile ``ir``; or, with ``restored`` (steps and their compiled kernels, from
         ``PlanDiskCache.load``), take those instead."""
         started = time.perf_counter()
         self.ir = inline_calls(ir)  # the outputs of calls are renamed when their bodies are inlined
+        self.ir = rewrite_scans(self.ir)  # products that need not run per step leave the loops
         limit = device.max_reduction  # loop iterations one kernel invocation may run
         if limit:
             self.ir = split_long_reductions(self.ir, limit)
         self.device = device
         row_reductions = bool(device.row_reductions)  # see schedule._materialized
-        self.steps: list[Step] = schedule(self.ir, row_reductions) if restored is None else restored[0]
-        if restored is None and device.fuse_siblings:
-            self.steps = fuse_siblings(self.steps)
+        scheduled: Sequence[PlanStep] = restored[0] if restored is not None else []
+        if restored is None:
+            fresh = schedule(self.ir, row_reductions)
+            scheduled = fuse_siblings(fresh) if device.fuse_siblings else fresh
+        # control flow (scan, while, cond): loops and branches over compiled sub-plans (lower/control.py)
+        self.steps: list[PlanStep] = [ControlStep(step.eqn) if isinstance(step, HostStep) and is_control(step.eqn)
+                                      else step for step in scheduled]
         if restored is None:
             PHASE_SECONDS["schedule"] += time.perf_counter() - started
+        self.controls = {id(step): control_runner(step.eqn, lambda sub: compile_plan(sub, device))
+                         for step in self.steps if isinstance(step, ControlStep)}
         kernel_steps = [step for step in self.steps if isinstance(step, KernelStep)]
         self.kernels = [step.kernel for step in kernel_steps]
         compiled = restored[1] if restored is not None else device.compile_many(self.kernels)
@@ -182,9 +193,25 @@ class Plan:
         self.resident = bool(device.resident)
         self.release_after = _last_uses(self.ir, self.steps)
         self.replay = None if self.resident else self._replay_steps()
+        self.launches = self._launches() if self.replay is not None else None
         if debug_level() >= 3:  # a device's compiled kernel carries the optimiser's opts
             for kernel, done in zip(self.kernels, compiled):
                 print(getattr(done, "kernel", kernel), file=sys.stderr)
+
+    def _launches(self) -> list[tuple[Callable[..., None], tuple[int, ...], tuple[Var, ...], tuple[Var, ...]]] | None:
+        """The plan as raw kernel launches, (function, trailing arguments, input vars, output vars) per step,
+        the function taking output then input addresses; None unless every step is a non-empty kernel with a
+        raw launch. A scan whose body plan has them runs its loop on addresses (``lower/control.py``)."""
+        launches = []
+        for step in self.steps:
+            if not isinstance(step, KernelStep):
+                return None
+            compiled = self.compiled[id(step)]
+            if getattr(compiled, "launch", None) is None or not getattr(compiled, "size", 0):
+                return None
+            function, tail = _launcher(compiled)
+            launches.append((function, tail, step.inputs, step.outputs))
+        return launches
 
     def _replay_steps(self) -> Callable[[list[np.ndarray]], list[np.ndarray]] | None:
         """The lean replay (see ``replay_arrays``), made once: one closure per step, reading and writing a
@@ -209,6 +236,10 @@ class Plan:
                 run = _replay_kernel(function if compiled.size else None, tail, [slot(v) for v in step.inputs],
                                      [(v.aval.shape, v.aval.dtype) for v in step.outputs],
                                      [slot(v) for v in step.outputs])
+            elif isinstance(step, ControlStep):
+                operands = [np.asarray(atom.value, atom.aval.dtype) if isinstance(atom, Literal) else slot(atom)
+                            for atom in step.eqn.inputs]
+                run = _replay_control(self.controls[id(step)], operands, [slot(v) for v in step.eqn.outputs])
             else:
                 for atom in step.eqn.inputs:
                     if isinstance(atom, Var):
@@ -308,6 +339,8 @@ class Plan:
                     moved = sum(x.nbytes for x in inputs) + sum(x.nbytes for x in outputs)
                     flops = kernel_flops(step.kernel)
                     rates = f" {moved / seconds / 1e9:8.2f} GB/s {flops / seconds / 1e9:8.2f} GFLOP/s"
+            elif isinstance(step, ControlStep):
+                label = _run_control(step, self.controls[id(step)], env)
             else:
                 label = _run_host(step, env)
             if checks:
@@ -319,7 +352,8 @@ class Plan:
                 print(f"  {label:<40s} {elapsed * 1e6:9.1f} us{rates}", file=sys.stderr)
         if level >= 1:
             print(f"realized with {len(self.kernels)} kernels, "
-                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps", file=sys.stderr)
+                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps{_controls_text(self.steps)}",
+                  file=sys.stderr)
         return [np.asarray(a.value) if isinstance(a, Literal) else env[a.id] for a in self.ir.outputs]
 
 
@@ -359,7 +393,10 @@ class Plan:
                 for atom in step.eqn.inputs:
                     if not isinstance(atom, Literal):
                         to_host(atom.id)
-                label = _run_host(step, host)
+                if isinstance(step, ControlStep):  # its sub-plans run on the device, through run()
+                    label = _run_control(step, self.controls[id(step)], host)
+                else:
+                    label = _run_host(step, host)
             if checks:
                 hooks.check_step(self.ir, step, lambda var: to_host(var.id), checks)
             for var_id in self.release_after[position]:
@@ -370,11 +407,12 @@ class Plan:
                 print(f"  {label:<40s} {(time.perf_counter() - started) * 1e6:9.1f} us", file=sys.stderr)
         if level >= 1:
             print(f"realized with {len(self.kernels)} kernels, "
-                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps on {device.name}", file=sys.stderr)
+                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps{_controls_text(self.steps)} "
+                  f"on {device.name}", file=sys.stderr)
         return [np.asarray(a.value) if isinstance(a, Literal) else to_host(a.id) for a in self.ir.outputs]
 
 
-def _last_uses(ir: IR, steps: Sequence[Step]) -> list[list[int]]:
+def _last_uses(ir: IR, steps: Sequence[PlanStep]) -> list[list[int]]:
     """For each step, the intermediate buffers it reads (or writes) for the last time: the plan
     drops them then, so their memory is reused by later steps instead of living to the end."""
     keep = {a.id for a in ir.outputs if not isinstance(a, Literal)}
@@ -415,6 +453,33 @@ def kernel_flops(kernel: Kernel) -> int:
     inner = int(np.prod(kernel.reduce_shape, dtype=np.int64))
     reduce_ops = (count([kernel.reduce_expr]) + 1) * inner if kernel.reduce_expr is not None else 0
     return outer * (reduce_ops + count(kernel.outputs))
+
+
+def _replay_control(runner: Callable[[list[np.ndarray]], list[np.ndarray]], operands: list[Any],
+                    output_slots: list[int]) -> Callable[[list[Any]], None]:
+    """One control step of the lean replay: its operands (slot numbers, or literal arrays) to its runner,
+    the results into their slots."""
+    def run(slots: list[Any]) -> None:
+        outs = runner([slots[o] if type(o) is int else o for o in operands])
+        for i, value in zip(output_slots, outs):
+            slots[i] = value
+    return run
+
+
+def _controls_text(steps: Sequence[PlanStep]) -> str:
+    """DEBUG=1's count of control steps (``, 2 control steps (scan, while)``), empty when there are none."""
+    names = [step.eqn.primitive.name for step in steps if isinstance(step, ControlStep)]
+    return f", {len(names)} control step{'s' * (len(names) != 1)} ({', '.join(names)})" if names else ""
+
+
+def _run_control(step: ControlStep, runner: Callable[[list[np.ndarray]], list[np.ndarray]],
+                 env: dict[int, np.ndarray]) -> str:
+    eqn = step.eqn
+    outs = runner([np.asarray(a.value, a.aval.dtype) if isinstance(a, Literal) else env[a.id] for a in eqn.inputs])
+    for var, value in zip(eqn.outputs, outs):
+        env[var.id] = value
+    length = eqn.param_dict.get("length")
+    return f"loop {eqn.primitive.name}" + (f" x{length}" if length is not None else "")
 
 
 def _run_host(step: HostStep, env: dict[int, np.ndarray]) -> str:
@@ -461,7 +526,8 @@ def _report_plan(plan: Plan, loaded: bool, seconds: dict[str, float], counts: di
     trace, _trace_not_reported[0] = _trace_not_reported[0] * 1e3, 0.0
     hosts = sum(isinstance(step, HostStep) for step in plan.steps)
     how = "loaded from the plan cache" if loaded else "built"
-    print(f"plan {how}: {len(plan.kernels)} kernels, {hosts} host steps | trace {trace:.1f} ms, "
+    print(f"plan {how}: {len(plan.kernels)} kernels, {hosts} host steps{_controls_text(plan.steps)} | "
+          f"trace {trace:.1f} ms, "
           f"schedule {spent['schedule']:.1f} ms, optimize {spent['optimize']:.1f} ms, render {spent['render']:.1f} ms, "
           f"llvm {spent['llvm']:.1f} ms "
           f"({made['kernels_compiled']} compiled, {made['kernels_from_disk']} from disk), "
@@ -564,7 +630,7 @@ class PlanDiskCache:
             stored_header, steps, tokens = _NumberingUnpickler(io.BytesIO(payload), _boundary(inlined)).load()
             kernel_steps = [step for step in steps if isinstance(step, KernelStep)]
             usable = tuple(stored_header) == header and len(tokens) == len(kernel_steps) \
-                and all(isinstance(step, (KernelStep, HostStep)) for step in steps)
+                and all(isinstance(step, (KernelStep, HostStep, ControlStep)) for step in steps)
         except Exception:  # noqa: BLE001 - any damage the checksum let through reads as a miss
             usable = False
         PHASE_SECONDS["plan_load"] += time.perf_counter() - started

@@ -17,12 +17,14 @@ import pytest
 
 RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "run.py"
 WORKLOADS = ["matmul_512", "matmul_1024", "matmul_2048", "gelu", "softmax", "layernorm", "dispatch",
-             "mlp_first_call", "mlp_step", "cnn_first_step", "cnn_step", "mlp_peak_rss"]
+             "mlp_first_call", "mlp_step", "cnn_first_step", "cnn_step", "mlp_peak_rss",
+             "rnn_scan_64x256", "rnn_scan_128x128"]
 # issue 7's targets: (workload, the target as printed)
 TARGETS = {"matmul_512": "GFLOP/s >= 1x jax", "matmul_1024": "GFLOP/s >= 1x jax", "matmul_2048": "GFLOP/s >= 1x jax",
            "gelu": "time <= 0.5x jax", "softmax": "time <= 0.5x jax", "layernorm": "time <= 0.5x jax",
            "dispatch": "time <= 1x jax", "mlp_first_call": "time <= 0.5x jax", "mlp_step": "time <= 1x jax",
-           "cnn_first_step": "time < 2 s", "cnn_step": "time <= 1x torch", "mlp_peak_rss": "peak RSS < 100 MB"}
+           "cnn_first_step": "time < 2 s", "cnn_step": "time <= 1x torch", "mlp_peak_rss": "peak RSS < 100 MB",
+           "rnn_scan_64x256": "time <= 1x jax", "rnn_scan_128x128": "time <= 1x jax"}  # issue 18
 # issue 18's random rows (benchmarks/run.py: random_workloads), after the others
 RANDOM_ROWS = [f"random_{kind}_{size}" for kind in ("normal", "uniform", "bernoulli") for size in ("1M", "4M")]
 WORKLOADS += RANDOM_ROWS

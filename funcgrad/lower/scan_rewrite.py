@@ -1,0 +1,209 @@
+"""Scan rewrites: products that need not run once per step leave the loop (a plan applies them first).
+
+A scan's body runs ``length`` times on a step's worth of data: a product of a 32-row slice costs a kernel
+launch and runs far below the speed of the same product over all the rows at once. Two rules move such
+work out of the loop, each exact in real arithmetic (float rounding differs as a sum's order does):
+
+- **Products of the inputs** (``hoist``): a ``dot_general`` of an ``xs`` slice and a const (the RNN's
+  ``x_t @ U``) is computed for every step before the loop, as one product over the stacked ``xs``; the
+  body reads its row as a new ``xs`` slice.
+- **Sums of products over the steps** (``accumulate``): a carry that only accumulates,
+  ``acc = acc + dot_general(a, b)`` (optionally transposed) or ``acc = acc + reduce_sum(a)``, read by
+  nothing else, is what a scan's backward does with every weight's gradient. The carry goes; ``a`` and
+  ``b`` become ``ys`` (or are the stacked ``xs`` already), and after the loop one product contracts the
+  step axis too: ``acc_final = acc_init + dot_general(A, B)`` with the step axis added to the contracting
+  dimensions (merged into the leading contracted axis when the step's product contracts both operands'
+  leading axes, so the product is the 2-D one it was, only longer). The per-step weight-gradient products
+  (a contraction over the batch only) become one contraction over batch and time.
+
+Both apply to a fixed point, and to nested scans (each body is compiled as a plan of its own, which
+rewrites its scans in turn). ``MAX_STACKED_BYTES`` bounds the memory a rule may add (the stacked operands
+or products); a scan whose operands would exceed it keeps the work in its loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from funcgrad.ir.core import IR, Eqn, Literal, ShapedArray, Var
+from funcgrad.ir.higher_order import scan_p
+from funcgrad.ir.primitives import add_p, dot_general_p, reduce_sum_p, reshape_p, transpose_p
+
+MAX_STACKED_BYTES = 256 << 20  # memory a rewrite may add per stacked value (the loop's own ys are not counted)
+
+
+def rewrite_scans(ir: IR) -> IR:
+    """``ir`` with every scan equation rewritten by the rules above (unchanged when none applies)."""
+    if not any(eqn.primitive is scan_p for eqn in ir.eqns):
+        return ir
+    eqns: list[Eqn] = []
+    changed = False
+    for eqn in ir.eqns:
+        if eqn.primitive is not scan_p:
+            eqns.append(eqn)
+            continue
+        loop = _Loop.of(eqn)
+        before: list[Eqn] = []
+        after: list[Eqn] = []
+        while _hoist(loop, before) or _accumulate(loop, after):
+            changed = True
+        eqns += before + [loop.equation()] + after
+    return IR(ir.in_vars, eqns, ir.outputs, ir.const_vars, ir.consts) if changed else ir
+
+
+@attrs.define
+class _Loop:
+    """A scan equation taken apart, to edit: each operand with its variable in the body."""
+
+    consts: list[tuple[Any, Var]]                 # (outer operand, body input)
+    carry: list[tuple[Any, Var, Any, Var]]        # (outer init, body input, body output, outer output)
+    xs: list[tuple[Any, Var]]                     # (outer stacked operand, body slice input)
+    ys: list[tuple[Any, Var]]                     # (body output, outer stacked output)
+    eqns: list[Eqn]
+    length: int
+    reverse: bool
+
+    @staticmethod
+    def of(eqn: Eqn) -> _Loop:
+        p = eqn.param_dict
+        body: IR = p["body"]
+        nc, nk = p["num_consts"], p["num_carry"]
+        ins, outs = list(eqn.inputs), list(eqn.outputs)
+        return _Loop(consts=list(zip(ins[:nc], body.in_vars[:nc])),
+                     carry=list(zip(ins[nc:nc + nk], body.in_vars[nc:nc + nk], body.outputs[:nk], outs[:nk])),
+                     xs=list(zip(ins[nc + nk:], body.in_vars[nc + nk:])),
+                     ys=list(zip(body.outputs[nk:], outs[nk:])),
+                     eqns=list(body.eqns), length=p["length"], reverse=p["reverse"])
+
+    def equation(self) -> Eqn:
+        body = IR([v for _, v in self.consts] + [k[1] for k in self.carry] + [v for _, v in self.xs],
+                  self.eqns, [k[2] for k in self.carry] + [y for y, _ in self.ys])
+        return Eqn(scan_p, [c for c, _ in self.consts] + [k[0] for k in self.carry] + [x for x, _ in self.xs],
+                   {"body": body, "length": self.length, "reverse": self.reverse,
+                    "num_consts": len(self.consts), "num_carry": len(self.carry)},
+                   [k[3] for k in self.carry] + [v for _, v in self.ys])
+
+    def uses(self) -> dict[int, int]:
+        """How many times each body variable is read (by equations and as a body output)."""
+        count: dict[int, int] = {}
+        for atom in [a for e in self.eqns for a in e.inputs] + [k[2] for k in self.carry] + [y for y, _ in self.ys]:
+            if isinstance(atom, Var):
+                count[atom.id] = count.get(atom.id, 0) + 1
+        return count
+
+    def stacked_bytes(self, aval: ShapedArray) -> int:
+        return self.length * aval.size * aval.dtype.itemsize
+
+
+def _shifted(axes: Sequence[int]) -> tuple[int, ...]:
+    return tuple(a + 1 for a in axes)
+
+
+def _hoist(loop: _Loop, before: list[Eqn]) -> bool:
+    """Move one product of an ``xs`` slice and a const out of the loop (see the module docstring)."""
+    const_of = {v.id: outer for outer, v in loop.consts if not isinstance(outer, Literal)}
+    stacked_of = {v.id: outer for outer, v in loop.xs}
+    for position, eqn in enumerate(loop.eqns):
+        if eqn.primitive is not dot_general_p or not all(isinstance(a, Var) for a in eqn.inputs):
+            continue
+        lhs, rhs = (atom for atom in eqn.inputs if isinstance(atom, Var))
+        (lc, rc), (lb, rb) = eqn.param_dict["contracting"], eqn.param_dict["batch"]
+        out = eqn.outputs[0]
+        if loop.stacked_bytes(out.aval) > MAX_STACKED_BYTES:
+            continue
+        if lhs.id in stacked_of and rhs.id in const_of:
+            operands = [stacked_of[lhs.id], const_of[rhs.id]]
+            contracting, batch = (_shifted(lc), tuple(rc)), (_shifted(lb), tuple(rb))
+            step_axis = len(lb)  # the step axis is lhs's first free dimension
+        elif lhs.id in const_of and rhs.id in stacked_of:
+            operands = [const_of[lhs.id], stacked_of[rhs.id]]
+            contracting, batch = (tuple(lc), _shifted(rc)), (tuple(lb), _shifted(rb))
+            step_axis = len(lb) + lhs.aval.ndim - len(lc) - len(lb)  # after the batch and lhs's free dims
+        else:
+            continue
+        shape = list(out.aval.shape)
+        shape.insert(step_axis, loop.length)
+        product = Var(ShapedArray(tuple(shape), out.aval.dtype))
+        before.append(Eqn(dot_general_p, operands, {"contracting": contracting, "batch": batch}, [product]))
+        if step_axis:
+            order = (step_axis, *(i for i in range(len(shape)) if i != step_axis))
+            rows = Var(ShapedArray(tuple(shape[i] for i in order), out.aval.dtype))
+            before.append(Eqn(transpose_p, [product], {"permutation": order}, [rows]))
+            product = rows
+        del loop.eqns[position]
+        loop.xs.append((product, out))  # the product's variable is now the body's slice of it
+        return True
+    return False
+
+
+def _accumulate(loop: _Loop, after: list[Eqn]) -> bool:
+    """Replace one accumulating carry by a product over all steps after the loop (see the module docstring)."""
+    producer = {v.id: e for e in loop.eqns for v in e.outputs}
+    uses = loop.uses()
+    consts = {v.id for _, v in loop.consts}
+    stacked_of = {v.id: outer for outer, v in loop.xs}
+
+    def sole_producer(atom: Any) -> Eqn | None:
+        """The equation making ``atom`` when that is all ``atom`` is read for (once)."""
+        if not isinstance(atom, Var) or uses.get(atom.id) != 1:
+            return None
+        return producer.get(atom.id)
+
+    for j, (init, acc_in, acc_out, final) in enumerate(loop.carry):
+        add = sole_producer(acc_out)
+        if add is None or add.primitive is not add_p or uses.get(acc_in.id) != 1:
+            continue
+        left, right = add.inputs
+        term = right if left is acc_in else left if right is acc_in else None
+        chain = [add]
+        source = sole_producer(term)
+        permutation = None
+        if source is not None and source.primitive is transpose_p:
+            permutation = source.param_dict["permutation"]
+            chain.append(source)
+            source = sole_producer(source.inputs[0])
+        if source is None or source.primitive not in (dot_general_p, reduce_sum_p):
+            continue
+        operands = [a for a in source.inputs if isinstance(a, Var)]
+        if len(operands) != len(source.inputs) or any(a.id in consts for a in operands) \
+                or any(loop.stacked_bytes(a.aval) > MAX_STACKED_BYTES for a in operands if a.id not in stacked_of):
+            continue
+        chain.append(source)
+        stacked = []
+        for operand in operands:
+            if operand.id in stacked_of:
+                stacked.append(stacked_of[operand.id])
+                continue
+            rows = next((outer for y, outer in loop.ys if y is operand), None)
+            if rows is None:
+                rows = Var(ShapedArray((loop.length, *operand.aval.shape), operand.aval.dtype))
+                loop.ys.append((operand, rows))
+            stacked.append(rows)
+        loop.eqns = [e for e in loop.eqns if all(e is not c for c in chain)]
+        del loop.carry[j]
+        total = Var(source.outputs[0].aval)
+        if source.primitive is dot_general_p:
+            (lc, rc), (lb, rb) = source.param_dict["contracting"], source.param_dict["batch"]
+            if (0, 0) in zip(lc, rc):  # the step's product contracts both leading axes: merge the step axis in
+                merged = []
+                for rows in stacked:
+                    flat = Var(ShapedArray((loop.length * rows.aval.shape[1], *rows.aval.shape[2:]), rows.aval.dtype))
+                    after.append(Eqn(reshape_p, [rows], {"new_sizes": flat.aval.shape}, [flat]))
+                    merged.append(flat)
+                after.append(Eqn(dot_general_p, merged, {"contracting": (tuple(lc), tuple(rc)),
+                                                         "batch": (tuple(lb), tuple(rb))}, [total]))
+            else:
+                after.append(Eqn(dot_general_p, stacked, {"contracting": ((0, *_shifted(lc)), (0, *_shifted(rc))),
+                                                          "batch": (_shifted(lb), _shifted(rb))}, [total]))
+        else:
+            after.append(Eqn(reduce_sum_p, stacked, {"axes": (0, *_shifted(source.param_dict["axes"]))}, [total]))
+        if permutation is not None and isinstance(term, Var):
+            moved = Var(term.aval)
+            after.append(Eqn(transpose_p, [total], {"permutation": permutation}, [moved]))
+            total = moved
+        after.append(Eqn(add_p, [init, total], {}, [final]))
+        return True
+    return False

@@ -1,0 +1,129 @@
+"""The scan rewrites of funcgrad/lower/scan_rewrite.py: products of xs slices and consts leave the loop
+before it, accumulating carries become one product after it. Each rewritten IR is evaluated by the
+reference interpreter against the original IR (same inputs), and compiled against it; the structure
+tests check the rules fired (or, where they must not, did not)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import Tensor, lax
+from funcgrad.devices import default_device
+from funcgrad.ir.core import IR
+from funcgrad.ir.interpreter import eval_ir
+from funcgrad.lower.scan_rewrite import rewrite_scans
+from funcgrad.lower.schedule import inline_calls
+
+RNG = np.random.default_rng(3)
+# the rewrites are device-independent; with DEVICE=CL or WEBGPU each compiled check is a device program
+pytestmark = pytest.mark.skipif(default_device().resident,
+                                reason=f"device {default_device().name}: the CPU pass checks the rewrites")
+
+
+def f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def lowered(fn: Any, *args: np.ndarray) -> tuple[IR, list[np.ndarray]]:
+    """``jit(fn)``'s open IR (calls inlined) and its operands (consts, then ``args``)."""
+    low = fg.jit(fn).lower(*[Tensor(a) for a in args])
+    return inline_calls(low.ir), [c.numpy() for c in low.consts] + list(args)
+
+
+def scans(ir: IR) -> list[Any]:
+    return [e for e in ir.eqns if e.primitive.name == "scan"]
+
+
+def assert_same(fn: Any, *args: np.ndarray, rtol: float = 1e-5) -> tuple[IR, IR]:
+    """The rewritten IR computes what the original does (interpreter), and so does the compiled jit."""
+    ir, operands = lowered(fn, *args)
+    new = rewrite_scans(ir)
+    expected = eval_ir(ir, operands)
+    for got, want in zip(eval_ir(new, operands), expected):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-5)
+    compiled = fg.jit(fn)(*[Tensor(a) for a in args])
+    for got, want in zip(fg.tree.leaves(compiled), expected):
+        np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=1e-5)
+    return ir, new
+
+
+def rnn(w: Any, u: Any, b: Any, xs: Any, h0: Any, reverse: bool = False) -> Any:
+    def step(h: Any, x: Any) -> Any:
+        h = fnp.tanh(h @ w + x @ u + b)
+        return h, h
+    _, hs = lax.scan(step, h0, xs, reverse=reverse)
+    return fnp.mean(hs * hs)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 5])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_rnn_gradient_loses_its_weight_accumulators_and_input_product(steps: int, reverse: bool) -> None:
+    args = (f32(4, 4), f32(3, 4), f32(4), f32(steps, 2, 3), f32(2, 4))
+    ir, new = assert_same(fg.grad(lambda *a: rnn(*a, reverse=reverse), argnums=(0, 1, 2)), *args)
+    forward, backward = scans(ir)
+    new_forward, new_backward = scans(new)
+    count = lambda eqn: sum(e.primitive.name == "dot_general" for e in eqn.param_dict["body"].eqns)  # noqa: E731
+    assert count(new_forward) == count(forward) - 1  # x @ u: one product before the loop
+    # dW, dU, db accumulate no more: the carries left are the cotangent of h (and nothing else)
+    assert backward.param_dict["num_carry"] == 4 and new_backward.param_dict["num_carry"] == 1
+    after = new.eqns[new.eqns.index(new_backward) + 1:]
+    assert sum(e.primitive.name == "dot_general" for e in after) == 2
+    assert sum(e.primitive.name == "reduce_sum" for e in after) >= 1
+
+
+def test_hoisting_with_the_const_on_the_left_and_with_batch_dimensions() -> None:
+    def left(c: Any, xs: Any) -> Any:  # c @ x: the step axis lands after c's free axis, then moves first
+        return lax.scan(lambda h, x: (h + (c @ x).sum(), fnp.sin(c @ x)), fnp.zeros((), dtype="float32"), xs)
+
+    def batched(c: Any, xs: Any) -> Any:  # batch axis 0 in both: the step axis lands after it
+        return lax.scan(lambda h, x: (h * 0.5 + fnp.matmul(x, c), fnp.matmul(x, c).sum()), fnp.zeros((2, 3, 5),
+                                                                                              dtype="float32"), xs)
+    for fn, args in ((left, (f32(4, 3), f32(6, 3, 2))), (batched, (f32(2, 4, 5), f32(6, 2, 3, 4)))):
+        ir, new = assert_same(fn, *args)
+        (loop,) = scans(new)
+        assert not [e for e in loop.param_dict["body"].eqns if e.primitive.name == "dot_general"]
+        assert any(e.primitive.name == "dot_general" for e in new.eqns[:new.eqns.index(loop)])
+
+
+def test_accumulators_of_sums_of_transposed_products_and_of_carries() -> None:
+    def fn(a0: Any, xs: Any) -> Any:
+        def step(carry: Any, x: Any) -> Any:
+            h, acc_t, acc_s, acc_h = carry
+            h2 = fnp.tanh(h + x.sum(0))
+            return (h2, acc_t + (x.T @ x).T, acc_s + x.sum(0), acc_h + fnp.outer(h, h2)), h2
+        return lax.scan(step, (a0, fnp.zeros((3, 3), dtype="float32"), fnp.zeros(3, dtype="float32"),
+                               fnp.ones((3, 3), dtype="float32")), xs)
+    ir, new = assert_same(fn, f32(3), f32(5, 4, 3))
+    (loop,) = scans(new)
+    assert loop.param_dict["num_carry"] == 1  # h only: the three accumulators became products and a sum after it
+
+
+def test_a_carry_read_by_the_body_is_not_an_accumulator() -> None:
+    def fn(xs: Any) -> Any:
+        def step(acc: Any, x: Any) -> Any:
+            new = acc + x.T @ x
+            return new, fnp.sum(acc)  # acc is read: the per-step values matter
+        return lax.scan(step, fnp.zeros((3, 3), dtype="float32"), xs)
+    ir, new = assert_same(fn, f32(4, 2, 3))
+    assert scans(new)[0].param_dict["num_carry"] == 1
+    assert [e.primitive.name for e in new.eqns] == [e.primitive.name for e in ir.eqns]
+
+
+def test_nested_scans_are_rewritten_when_their_body_is_compiled() -> None:
+    def fn(u: Any, xss: Any) -> Any:
+        def outer(acc: Any, xs: Any) -> Any:
+            def inner(h: Any, x: Any) -> Any:
+                return fnp.tanh(h + x @ u), h
+            h, hs = lax.scan(inner, fnp.zeros((2, 3), dtype="float32"), xs)
+            return acc + hs.sum(), h.sum()
+        return lax.scan(outer, fnp.zeros((2, 3), dtype="float32"), xss)
+    ir, _ = assert_same(fn, f32(4, 3), f32(3, 5, 2, 4))
+    (outer,) = scans(ir)
+    inner_body = rewrite_scans(outer.param_dict["body"])  # what the outer body's plan does to it
+    (inner,) = scans(inner_body)
+    assert not [e for e in inner.param_dict["body"].eqns if e.primitive.name == "dot_general"]
