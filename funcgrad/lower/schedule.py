@@ -160,13 +160,27 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
                     and kind_of(producer[source.id]) == "elementwise" and expensive(source):
                 stored.add(source.id)
 
+    pending_reduce: dict[int, int] = {}  # var id -> the unstored reduction its kernel would hold (one_round)
+
     def identity_edge(consumer: Eqn, operand: Var) -> bool:
         """Does ``consumer`` read ``operand`` once per output element, so a reduction in ``operand``
         can be computed inside the consumer's kernel? True for same-shape elementwise ops and for
         the bijective movements (reshape, transpose, flip), which only renumber the elements."""
         if consumer.primitive.name in BIJECTIVE:
-            return True
+            reduction = pending_reduce.get(operand.id)
+            return reduction is None or producer[reduction].primitive is not P.dot_general_p \
+                or keeps_columns(consumer)
         return kind_of(consumer) == "elementwise" and operand.aval.shape == consumer.outputs[0].aval.shape
+
+    def keeps_columns(movement: Eqn) -> bool:
+        """Does a renumbering leave a product's loads affine in the kernel's loop variables? Transposes and
+        flips do, and reshapes that only split axes; a reshape that merges axes (attention's per-head
+        output, transposed, merged back into (batch, seq, width)) would make the product's operands
+        move with the columns through div/rem, which the register tile cannot take: the product is
+        stored before it, and the reshape is index arithmetic for its readers instead."""
+        if movement.primitive.name != "reshape":
+            return True
+        return _splits_only(movement.inputs[0].aval.shape, movement.outputs[0].aval.shape)
 
     # bound how big one kernel's expression may grow: it is built recursively and compiled whole, and
     # LLVM's optimiser slows down sharply on huge functions. ``members`` are the equations a value
@@ -207,7 +221,7 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
         """Follow every unstored reduction to its kernel's root; store what cannot share a kernel.
         True when something was stored (what later values carry may then change)."""
         changed = False
-        pending_reduce: dict[int, int] = {}  # var id -> the unstored reduction its kernel would hold
+        pending_reduce.clear()
         row_source: dict[int, int] = {}  # var id -> the per-row value it carries was broadcast from
         for eqn in ir.eqns:
             if kind_of(eqn) == "host":
@@ -258,6 +272,20 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
     while one_round():  # storing a value can change what later values carry: repeat until stable
         pass
     return stored
+
+
+def _splits_only(source: Sequence[int], shape: Sequence[int]) -> bool:
+    """Does a reshape from ``source`` to ``shape`` only split axes (and add or drop size-1 ones)?"""
+    dims = [d for d in shape if d != 1]
+    at = 0
+    for size in (d for d in source if d != 1):
+        product = 1
+        while product < size and at < len(dims):
+            product *= dims[at]
+            at += 1
+        if product != size:
+            return False
+    return at == len(dims)
 
 
 # --- building kernel expressions ----------------------------------------------------------------
