@@ -173,14 +173,16 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
         return kind_of(consumer) == "elementwise" and operand.aval.shape == consumer.outputs[0].aval.shape
 
     def keeps_columns(movement: Eqn) -> bool:
-        """Does a renumbering leave a product's loads affine in the kernel's loop variables? Transposes and
-        flips do, and reshapes that only split axes; a reshape that merges axes (attention's per-head
-        output, transposed, merged back into (batch, seq, width)) would make the product's operands
-        move with the columns through div/rem, which the register tile cannot take: the product is
-        stored before it, and the reshape is index arithmetic for its readers instead."""
+        """Does a renumbering leave a product's loads affine along the kernel's columns (its last axis)?
+        Transposes and flips do, and reshapes that only split axes or keep the last axis as it is; a
+        reshape that merges axes into the last one (attention's per-head output, transposed, merged back
+        into (batch, seq, width)) would make the product's operands move with the columns through
+        div/rem, which the register tile cannot take: the product is stored before it, and the reshape
+        is index arithmetic for its readers instead."""
         if movement.primitive.name != "reshape":
             return True
-        return _splits_only(movement.inputs[0].aval.shape, movement.outputs[0].aval.shape)
+        source, shape = movement.inputs[0].aval.shape, movement.outputs[0].aval.shape
+        return _splits_only(source, shape) or (bool(source) and bool(shape) and source[-1] == shape[-1])
 
     # bound how big one kernel's expression may grow: it is built recursively and compiled whole, and
     # LLVM's optimiser slows down sharply on huge functions. ``members`` are the equations a value

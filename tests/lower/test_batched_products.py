@@ -146,3 +146,46 @@ def test_convolution_products_keep_their_own_layouts(monkeypatch: pytest.MonkeyP
     with_rule = [str(k) for k in _kernels(conv, x, w)]
     monkeypatch.setattr(S, "_column_operand_layouts", lambda ir, stored, products: {})
     assert with_rule == [str(k) for k in _kernels(conv, x, w)]
+
+
+def linear3d(x: Any, w: Any) -> Any:  # (batch, seq, in) @ (in, out)
+    return x @ w
+
+
+def heads_merged(p: Any, v: Any) -> Any:  # attention's output per head, back in (batch, seq, width)
+    b, h, t, d = v.shape
+    return fnp.swapaxes(p @ v, 1, 2).reshape((b, t, h * d))
+
+
+def heads_merged_numpy(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    b, h, t, d = v.shape
+    return np.swapaxes(p @ v, 1, 2).reshape((b, t, h * d))
+
+
+def test_batched_array_times_matrix_is_one_product_without_broadcast() -> None:
+    x, w = _args((2, 24, 40), (40, 32))
+    ir = fg.make_ir(linear3d)(fg.Tensor(x), fg.Tensor(w))
+    (dot,) = [e for e in ir.eqns if e.primitive.name == "dot_general"]
+    assert dot.param_dict["batch"] == ((), ()) and not [e for e in ir.eqns if e.primitive.name == "broadcast_in_dim"]
+    cotangent = _args((2, 24, 32), seed=3)[0]
+    grads = fg.grad(lambda x, w: (linear3d(x, w) * fnp.asarray(cotangent)).sum(), argnums=(0, 1))
+    kernels = _kernels(grads, x, w)
+    weight = [k for k in _products(kernels) if k.shape == (40, 32)]
+    # the weight gradient: one product summing over batch and sequence, not per-batch products then a sum
+    assert len(weight) == 1 and weight[0].reduce_shape == (2, 24) and render_tile._tileable(weight[0])
+    assert not [k for k in kernels if k.shape[:1] == (2,) and k.reduce_op is None and int(np.prod(k.shape)) >= 2 * 40 * 32]
+
+
+def test_product_is_stored_before_a_reshape_that_merges_into_its_columns() -> None:
+    kernels = _kernels(heads_merged, *_args((2, 3, 32, 32), (2, 3, 32, 16)))
+    (product,) = _products(kernels)
+    assert not S._collect(product.reduce_expr, ("div", "rem"), {}, set())
+    assert render_tile._tileable(product)
+
+
+@pytest.mark.parametrize("fn, numpy_fn, shapes", [
+    (linear3d, lambda x, w: x @ w, ((2, 24, 40), (40, 32))),
+    (heads_merged, heads_merged_numpy, ((2, 3, 32, 32), (2, 3, 32, 16))),
+], ids=["linear3d", "heads_merged"])
+def test_products_through_movements_match_the_reference(fn: Any, numpy_fn: Any, shapes: Any) -> None:
+    _check(fn, numpy_fn, _args(*shapes))
