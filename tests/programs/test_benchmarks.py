@@ -34,7 +34,7 @@ PEERS = ["numpy", "jax", "torch", "tinygrad"]
 
 
 def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(RUN), "--quick", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, str(RUN), "--quick", *args], capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
