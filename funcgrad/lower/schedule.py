@@ -13,6 +13,10 @@ The rules (see docs/architecture.md):
   its input) and its epilogue (elementwise equations consuming it at the same index) into one
   kernel; it is stored when anything else reads it (broadcast back, reshaped, read twice, or fed
   to another reduction);
+* a product goes on into its consumer's kernel only through movements that keep its loads affine
+  along the columns (``keeps_columns``), and a product with batch or several free/contracting axes
+  whose column operand is strided along the columns stores that operand first, in (batch,
+  contracting, free) order (``_column_operand_layouts``), so both reach the register tile;
 * a value is stored where it must be: outputs, the results of reductions read elsewhere, and the
   operands of *host* equations (primitives without a kernel lowering yet, run by their NumPy
   reference: sort, scatter, gather, cumulative ops, argmax, control flow, ...).
