@@ -35,7 +35,7 @@ import numpy as np
 
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
-from funcgrad.ir.core import IR, Eqn, Literal, Var
+from funcgrad.ir.core import IR, Eqn, Literal, ShapedArray, Var
 
 FAST_ROW = 16  # render_loops.reduce_outer: the i-k-j order needs a last output axis of at least this length
 SPLIT_REDUCTION = 16384  # contractions longer than this are split along the feature axis (split-K)
@@ -118,6 +118,11 @@ class _Builder:
 
 
 def _lower_conv(b: _Builder, eqn: Eqn) -> None:
+    params = eqn.param_dict
+    if any(d > 1 for d in params["lhs_dilation"]) and all(s == 1 for s in params["window_strides"]) \
+            and all(d == 1 for d in params["rhs_dilation"]):
+        _phase_convolutions(b, eqn)
+        return
     lhs, rhs = eqn.inputs
     assert isinstance(lhs, Var) and isinstance(rhs, Var)  # literals are scalars; convolutions take rank >= 3
     params = eqn.param_dict
@@ -148,6 +153,65 @@ def _lower_conv(b: _Builder, eqn: Eqn) -> None:
         _channels_last_product(b, win, rhs, out_var, groups, g_axis, c_axis, k_axes, valid)
     else:
         _spatial_last_product(b, win, rhs, out_var, groups, g_axis, c_axis, k_axes)
+
+
+def _phase_convolutions(b: _Builder, eqn: Eqn) -> None:
+    """A stride-1 convolution of an lhs dilated by s (a strided convolution's input gradient) as the s^d
+    convolutions of the undilated lhs, one per output phase, interleaved: output ``y = s * Y + p`` only
+    meets the kernel taps ``k = k0 + s * m`` with ``k0 = (low - p) mod s`` (the others land on the
+    inserted zeros), at lhs element ``Y + m + (p + k0 - low) / s``. The dilated lhs would spend
+    ``1 - 1/s^d`` of the multiply-adds on zeros (3 of 4 for a stride-2 3x3 convolution's gradient)."""
+    lhs, rhs = eqn.inputs
+    assert isinstance(lhs, Var) and isinstance(rhs, Var)
+    params = eqn.param_dict
+    out_var = eqn.outputs[0]
+    dilation, padding = params["lhs_dilation"], params["padding"]
+    lengths, kernel, out = lhs.aval.shape[2:], rhs.aval.shape[2:], out_var.aval.shape[2:]
+    spatial = len(kernel)
+    dtype = out_var.aval.dtype
+    lead = out_var.aval.shape[:2]
+    longest = [-(-o // s) for o, s in zip(out, dilation)]  # phase 0's length: every other phase's or one more
+
+    def phase_piece(phase: tuple[int, ...]) -> Var:
+        """Phase ``phase``'s outputs (N, O, *longest), padded at the end to the longest phase's length."""
+        taps, pads, sizes = [], [], []
+        for i, p in enumerate(phase):
+            s, (low, _) = dilation[i], padding[i]
+            size = -(-(out[i] - p) // s) if out[i] > p else 0
+            first = (low - p) % s
+            count = len(range(first, kernel[i], s))
+            low_p = -((p + first - low) // s)
+            taps.append((first, count))
+            pads.append((low_p, size + count - 1 - lengths[i] - low_p))
+            sizes.append(size)
+        shape = (*lead, *sizes)
+        if any(count == 0 for _, count in taps) or any(size == 0 for size in sizes):
+            piece = b.bind(P.broadcast_in_dim_p, Literal.of(dtype.type(0)), shape=shape, broadcast_dimensions=())
+        else:
+            w = rhs
+            for i, (first, count) in enumerate(taps):
+                w = b.slice_axis(w, 2 + i, first, first + dilation[i] * (count - 1) + 1, dilation[i])
+            piece = Var(ShapedArray(shape, dtype))
+            _lower_conv(b, Eqn(P.conv_general_dilated_p, [lhs, w],
+                               {**params, "padding": tuple(pads), "lhs_dilation": (1,) * spatial}, [piece]))
+        for i, size in enumerate(sizes):
+            piece = b.pad_axis(piece, 2 + i, 0, longest[i] - size)
+        # (N, O, *longest) -> (N, O, L1, 1, L2, 1, ...): a unit axis after each spatial axis for its phase
+        return b.reshape(piece, (*lead, *(d for length in longest for d in (length, 1))))
+
+    def interleaved(axis: int, prefix: tuple[int, ...]) -> Var:
+        """The phases from ``prefix`` on along spatial axis ``axis`` and the later ones, concatenated
+        along each spatial axis's phase axis: (N, O, L1, s1, L2, s2, ...) for ``axis`` 0."""
+        if axis == spatial:
+            return phase_piece(prefix)
+        parts = [interleaved(axis + 1, (*prefix, p)) for p in range(dilation[axis])]
+        return parts[0] if len(parts) == 1 else b.bind(P.concatenate_p, *parts, axis=3 + 2 * axis)
+
+    whole = interleaved(0, ())
+    whole = b.reshape(whole, (*lead, *(length * s for length, s in zip(longest, dilation))))
+    for i, size in enumerate(out):
+        whole = b.slice_axis(whole, 2 + i, 0, size)
+    b.bind(P.reshape_p, whole, new_sizes=out_var.aval.shape, out=out_var)
 
 
 def _dilated_padded(b: _Builder, x: Var, dilation: Sequence[int], padding: Sequence[tuple[int, int]],

@@ -13,6 +13,10 @@ The rules (see docs/architecture.md):
   its input) and its epilogue (elementwise equations consuming it at the same index) into one
   kernel; it is stored when anything else reads it (broadcast back, reshaped, read twice, or fed
   to another reduction);
+* a product goes on into its consumer's kernel only through movements that keep its loads affine
+  along the columns (``keeps_columns``), and a product with batch or several free/contracting axes
+  whose column operand is strided along the columns stores that operand first, in (batch,
+  contracting, free) order (``_column_operand_layouts``), so both reach the register tile;
 * a value is stored where it must be: outputs, the results of reductions read elsewhere, and the
   operands of *host* equations (primitives without a kernel lowering yet, run by their NumPy
   reference: sort, scatter, gather, cumulative ops, argmax, control flow, ...).
@@ -194,13 +198,29 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
                     and kind_of(producer[source.id]) == "elementwise" and expensive(source):
                 stored.add(source.id)
 
+    pending_reduce: dict[int, int] = {}  # var id -> the unstored reduction its kernel would hold (one_round)
+
     def identity_edge(consumer: Eqn, operand: Var) -> bool:
         """Does ``consumer`` read ``operand`` once per output element, so a reduction in ``operand``
         can be computed inside the consumer's kernel? True for same-shape elementwise ops and for
         the bijective movements (reshape, transpose, flip), which only renumber the elements."""
         if consumer.primitive.name in BIJECTIVE:
-            return True
+            reduction = pending_reduce.get(operand.id)
+            return reduction is None or producer[reduction].primitive is not P.dot_general_p \
+                or keeps_columns(consumer)
         return kind_of(consumer) == "elementwise" and operand.aval.shape == consumer.outputs[0].aval.shape
+
+    def keeps_columns(movement: Eqn) -> bool:
+        """Does a renumbering leave a product's loads affine along the kernel's columns (its last axis)?
+        Transposes and flips do, and reshapes that only split axes or keep the last axis as it is; a
+        reshape that merges axes into the last one (attention's per-head output, transposed, merged back
+        into (batch, seq, width)) would make the product's operands move with the columns through
+        div/rem, which the register tile cannot take: the product is stored before it, and the reshape
+        is index arithmetic for its readers instead."""
+        if movement.primitive.name != "reshape":
+            return True
+        source, shape = movement.inputs[0].aval.shape, movement.outputs[0].aval.shape
+        return _splits_only(source, shape) or (bool(source) and bool(shape) and source[-1] == shape[-1])
 
     # bound how big one kernel's expression may grow: it is built recursively and compiled whole, and
     # LLVM's optimiser slows down sharply on huge functions. ``members`` are the equations a value
@@ -241,7 +261,7 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
         """Follow every unstored reduction to its kernel's root; store what cannot share a kernel.
         True when something was stored (what later values carry may then change)."""
         changed = False
-        pending_reduce: dict[int, int] = {}  # var id -> the unstored reduction its kernel would hold
+        pending_reduce.clear()
         row_source: dict[int, int] = {}  # var id -> the per-row value it carries was broadcast from
         for eqn in ir.eqns:
             if kind_of(eqn) == "host":
@@ -292,6 +312,20 @@ def _materialized(ir: IR, keep: frozenset[int] = frozenset(), row_reductions: bo
     while one_round():  # storing a value can change what later values carry: repeat until stable
         pass
     return stored
+
+
+def _splits_only(source: Sequence[int], shape: Sequence[int]) -> bool:
+    """Does a reshape from ``source`` to ``shape`` only split axes (and add or drop size-1 ones)?"""
+    dims = [d for d in shape if d != 1]
+    at = 0
+    for size in (d for d in source if d != 1):
+        product = 1
+        while product < size and at < len(dims):
+            product *= dims[at]
+            at += 1
+        if product != size:
+            return False
+    return at == len(dims)
 
 
 # --- building kernel expressions ----------------------------------------------------------------
@@ -751,6 +785,77 @@ def _store_in_order(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[IR, set
     return IR(ir.in_vars, eqns, outputs, ir.const_vars, ir.consts), keep
 
 
+# --- products whose column operand is strided along the columns ---------------------------------------
+
+PRODUCT_MIN_ROWS = 16  # a copy of the column operand pays off once each of its elements feeds this many rows
+PRODUCT_MIN_COLUMNS = 8  # narrower column axes are not vectorised along anyway
+
+
+def _column_operand_layouts(ir: IR, stored: set[int], products: set[int]) -> dict[int, tuple[int, ...]]:
+    """Products whose column operand to store first, in another axis order: eqn position -> the order
+    (the operand's batch, contracting, then free axes) of a float32 ``dot_general`` among ``products``
+    (the program's own, not ``conv.py``'s, which choose their layouts) whose kernel would load that
+    operand with a stride other than 1 along the output's last axis (the columns).
+
+    The register tile reads the column operand as vectors along the columns; a 2-D product over one
+    contraction packs a strided one per panel itself (``render_tile._packable``), any other product (with
+    batch axes: attention's ``q @ k.T`` per head; several free or contracting axes: ``dY @ W.T`` over
+    batch and sequence) would run the plain loops. Stored as (batch, contracting, free), the operand is
+    contiguous along the columns, and the copy (one pass over the operand) is paid back by the
+    ``rows >= PRODUCT_MIN_ROWS`` multiply-adds each of its elements feeds."""
+    producer = ir.producers()
+    chosen: dict[int, tuple[int, ...]] = {}
+    for position, eqn in enumerate(ir.eqns):
+        if id(eqn) not in products or eqn.outputs[0].aval.dtype != dtypes.float32:
+            continue
+        (lc, rc), (lb, rb) = eqn.param_dict["contracting"], eqn.param_dict["batch"]
+        lhs, rhs = eqn.inputs[0].aval, eqn.inputs[1].aval
+        if eqn.outputs[0].aval.ndim == 2 and len(lc) == 1:
+            continue  # the tile packs it (render_tile._packable)
+        lhs_free = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+        rhs_free = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+        if not rc or not rhs_free or not isinstance(eqn.inputs[1], Var):
+            continue
+        column = rhs_free[-1]
+        if math.prod(lhs.shape[d] for d in lhs_free) < PRODUCT_MIN_ROWS or rhs.shape[column] < PRODUCT_MIN_COLUMNS:
+            continue
+        builder = _KernelBuilder(producer, lambda v: v.id in stored)
+        expr = builder.value(eqn.inputs[1], [K.var(f"g{d}") for d in range(rhs.ndim)])
+        if builder.reduce is not None:
+            continue
+        expr = K.simplify_index(expr, {f"g{d}": size for d, size in enumerate(rhs.shape)})
+        along = K.var(f"g{column}")
+        strides = [(K._affine(load.args[0]) or {}).get(along, None) for load in _collect(expr, "load", {}, set())
+                   if _depends_on(load.args[0], f"g{column}")]
+        if strides and all(stride != 1 for stride in strides):
+            chosen[position] = (*rb, *rc, *rhs_free)
+    return chosen
+
+
+def _depends_on(e: K.KExpr, name: str) -> bool:
+    return (e.op == "var" and e.arg == name) or any(_depends_on(a, name) for a in e.args)
+
+
+def _store_column_operands(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[IR, set[int]]:
+    """``ir`` where each chosen product reads its rhs through ``transpose(stored, inverse)`` of a stored
+    ``transpose(rhs, order)`` (index arithmetic in the product's kernel); and the ids to store."""
+    eqns: list[Eqn] = []
+    keep: set[int] = set()
+    for position, eqn in enumerate(ir.eqns):
+        order = chosen.get(position)
+        if order is None:
+            eqns.append(eqn)
+            continue
+        rhs = eqn.inputs[1]
+        copy = Var(ShapedArray(tuple(rhs.aval.shape[a] for a in order), rhs.aval.dtype))
+        back = Var(rhs.aval)
+        eqns.append(Eqn(P.transpose_p, [rhs], {"permutation": order}, [copy]))
+        eqns.append(Eqn(P.transpose_p, [copy], {"permutation": tuple(int(a) for a in np.argsort(order))}, [back]))
+        eqns.append(Eqn(eqn.primitive, [eqn.inputs[0], back, *eqn.inputs[2:]], eqn.params, eqn.outputs))
+        keep.add(copy.id)
+    return IR(ir.in_vars, eqns, ir.outputs, ir.const_vars, ir.consts), keep
+
+
 # --- the schedule -------------------------------------------------------------------------------
 
 _names = itertools.count()
@@ -761,10 +866,17 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
     ``row_reductions``: fuse a trailing-axes reduction into the elementwise pass that broadcasts it back
     (for devices whose renderer computes it once per row: the CPU's; see ``_materialized``)."""
     ir, wide = split_wide_concatenates(inline_calls(ir))
+    products = {id(eqn) for eqn in ir.eqns if eqn.primitive is P.dot_general_p}  # the program's, not conv.py's
     ir, keep = lower_convolutions(ir)
     keep = keep | wide
     producer = ir.producers()
     stored = _materialized(ir, keep, row_reductions)
+    operands = _column_operand_layouts(ir, stored, products)
+    if operands:  # store them (in the product's order), then decide again what the rest inline
+        ir, copies = _store_column_operands(ir, operands)
+        keep = frozenset(keep | copies)
+        producer = ir.producers()
+        stored = _materialized(ir, keep, row_reductions)
     shared = _shared_gathers(ir, stored) | _window_layouts(ir, stored)
     if shared:  # store them (in their layouts), then decide again what the rest inline
         ir, extra = _store_in_order(ir, shared)

@@ -80,6 +80,10 @@ def matmul(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     except ValueError:
         raise ValueError(f"matmul: the batch dimensions {a.shape[:-2]} and {b.shape[:-2]} of shapes "
                          f"{asarray(x1).shape} and {asarray(x2).shape} do not broadcast") from None
+    if batch and b.ndim == 2:  # (..., m, k) @ (k, n): one product over every row, no broadcast copy of b
+        # (its gradient for b is then one product summed over the batch axes too, as jnp.matmul's)
+        out = bind(P.dot_general_p, a, b, contracting=((a.ndim - 1,), (0,)), batch=((), ()))
+        return _as_result(reshape(out, out.shape[:-1]) if squeeze_back else out, was_bool)
     a = broadcast_to(a, batch + a.shape[-2:])
     b = broadcast_to(b, batch + b.shape[-2:])
     nb = len(batch)

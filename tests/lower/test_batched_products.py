@@ -1,0 +1,192 @@
+"""Products beyond the 2-D one reach the register tile (``schedule._column_operand_layouts``): a product
+with batch axes or several free/contracting axes whose column operand is strided along the columns
+(attention's ``q @ k.T`` per head, ``dY @ W.T`` over batch and sequence, a batched product of a transposed
+operand) stores that operand once in (batch, contracting, free) order, and its kernel then takes the tile.
+Results (forward and gradients) against the reference interpreter and NumPy float64."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.ir.core import IR
+from funcgrad.ir.interpreter import eval_ir
+from funcgrad.lower import kernel as K
+from funcgrad.lower import render_tile
+from funcgrad.lower import schedule as S
+
+
+def _opened(ir: IR) -> IR:
+    return IR(tuple(ir.const_vars) + tuple(ir.in_vars), ir.eqns, ir.outputs)
+
+
+def _kernels(fn: Callable[..., Any], *args: np.ndarray) -> list[K.Kernel]:
+    ir = fg.make_ir(fn)(*(fg.Tensor(a) for a in args))
+    return [s.kernel for s in S.schedule(_opened(ir), row_reductions=True) if isinstance(s, S.KernelStep)]
+
+
+def _products(kernels: list[K.Kernel]) -> list[K.Kernel]:
+    return [k for k in kernels if k.reduce_op == "sum" and k.reduce_expr is not None and k.reduce_expr.op == "mul"]
+
+
+def _copies(kernels: list[K.Kernel]) -> list[K.Kernel]:
+    return [k for k in kernels if k.reduce_op is None and len(k.outputs) == 1 and k.outputs[0].op == "load"]
+
+
+def _args(*shapes: tuple[int, ...], seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+
+
+def _check(fn: Callable[..., Any], numpy_fn: Callable[..., Any], args: list[np.ndarray]) -> None:
+    """fg.jit(fn) against the reference interpreter and NumPy float64, forward and the gradient of
+    sum(fn(...) * cotangent) with respect to every argument."""
+    out = fg.jit(fn)(*(fnp.asarray(a) for a in args)).numpy()
+    expected = numpy_fn(*(a.astype(np.float64) for a in args))
+    ir = fg.make_ir(fn)(*(fg.Tensor(a) for a in args))
+    (interpreted,) = eval_ir(ir, args)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(out, expected, atol=2e-5 * scale, rtol=0)
+    np.testing.assert_allclose(out, interpreted, atol=2e-5 * scale, rtol=0)
+
+    cotangent = _args(expected.shape, seed=1)[0]
+    loss = lambda *xs: (fn(*xs) * fnp.asarray(cotangent)).sum()
+    argnums = tuple(range(len(args)))
+    grads = fg.jit(fg.grad(loss, argnums=argnums))(*(fnp.asarray(a) for a in args))
+    grad_ir = fg.make_ir(fg.grad(loss, argnums=argnums))(*(fg.Tensor(a) for a in args))
+    interpreted_grads = eval_ir(grad_ir, args)
+    for i, (got, want) in enumerate(zip(grads, interpreted_grads)):
+        # finite differences of the float64 NumPy function along one random direction
+        direction = _args(args[i].shape, seed=2 + i)[0].astype(np.float64)
+        base = [a.astype(np.float64) for a in args]
+        step = 1e-6
+        plus = [*base[:i], base[i] + step * direction, *base[i + 1:]]
+        minus = [*base[:i], base[i] - step * direction, *base[i + 1:]]
+        slope = ((numpy_fn(*plus) - numpy_fn(*minus)) * cotangent).sum() / (2 * step)
+        got = got.numpy()
+        assert float((got.astype(np.float64) * direction).sum()) == pytest.approx(slope, rel=1e-4, abs=1e-3)
+        np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max(), rtol=0)
+
+
+def nt(a: Any, b: Any) -> Any:  # batched product with the second operand stored transposed
+    return a @ fnp.swapaxes(b, -1, -2)
+
+
+def nt_numpy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a @ np.swapaxes(b, -1, -2)
+
+
+def scores(q: Any, k: Any) -> Any:  # attention's scores per head: (batch, heads, seq, seq)
+    return q @ fnp.swapaxes(k, -1, -2)
+
+
+def back_projection(dy: Any, w: Any) -> Any:  # dY @ W.T over batch and sequence: (batch, seq, in)
+    return fnp.einsum("btn,kn->btk", dy, w)
+
+
+def back_projection_numpy(dy: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.einsum("btn,kn->btk", dy, w)
+
+
+CASES = [
+    ("batched, rhs transposed", nt, nt_numpy, ((3, 40, 24), (3, 48, 24))),
+    ("per head", scores, nt_numpy, ((2, 3, 32, 16), (2, 3, 40, 16))),
+    ("over batch and sequence", back_projection, back_projection_numpy, ((2, 24, 40), (32, 40))),
+    ("odd sizes", nt, nt_numpy, ((2, 17, 9), (2, 23, 9))),
+]
+
+
+@pytest.mark.parametrize("name, fn, numpy_fn, shapes", CASES, ids=[c[0] for c in CASES])
+def test_strided_column_operand_is_stored_in_product_order_and_tiled(name: str, fn: Any, numpy_fn: Any,
+                                                                     shapes: Any) -> None:
+    kernels = _kernels(fn, *_args(*shapes))
+    (product,) = _products(kernels)
+    (copy,) = _copies(kernels)  # the column operand, stored once contiguous along the columns
+    column = f"g{len(product.shape) - 1}"
+    loads = [load for load in S._collect(product.reduce_expr, "load", {}, set()) if S._depends_on(load, column)]
+    assert [K._affine(load.args[0]).get(K.var(column)) for load in loads] == [1], name
+    assert render_tile._tileable(product), name
+    assert copy.out_avals[0] == product.in_avals[loads[0].arg], name  # the column operand is the copy
+
+
+@pytest.mark.parametrize("name, fn, numpy_fn, shapes", CASES, ids=[c[0] for c in CASES])
+def test_batched_products_match_the_reference_forward_and_gradients(name: str, fn: Any, numpy_fn: Any,
+                                                                     shapes: Any) -> None:
+    _check(fn, numpy_fn, _args(*shapes))
+
+
+def test_big_batched_product_takes_the_tile_on_every_thread() -> None:
+    from funcgrad.lower import optimize
+    kernels = _kernels(nt, *_args((8, 96, 64), (8, 128, 64)))  # 6.3M multiply-adds: over SMALL_TILE_WORK
+    (product,) = _products(kernels)
+    opts = optimize.heuristic_opts(product)
+    assert render_tile.tile_opts(product) is not None and opts[:2] == render_tile.tile_opts(product)[:2]
+    threads = [opt.amount for opt in opts if opt.action == "thread"]
+    assert threads == ([optimize._threads(product)] if optimize._threads(product) > 1 else [])
+
+
+def test_products_the_tile_already_handles_get_no_copy() -> None:
+    # a 2-D product over one contraction packs its transposed operand itself
+    assert not _copies(_kernels(lambda a, b: a @ b.T, *_args((64, 32), (48, 32))))
+    # contiguous along the columns already
+    assert not _copies(_kernels(lambda a, b: a @ b, *_args((3, 40, 24), (3, 24, 48))))
+    # too few rows to pay for the copy (a matrix-vector product per batch)
+    assert not _copies(_kernels(nt, *_args((3, 2, 24), (3, 48, 24))))
+
+
+def test_convolution_products_keep_their_own_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conv.py chose its products' layouts (a strided window view included): the rule adds no copy there."""
+    x, w = _args((2, 8, 12, 12), (16, 8, 3, 3))
+    conv = fg.grad(lambda x, w: fg.lax.conv_general_dilated(x, w, (2, 2), [(1, 1), (1, 1)]).sum(), argnums=(0, 1))
+    with_rule = [str(k) for k in _kernels(conv, x, w)]
+    monkeypatch.setattr(S, "_column_operand_layouts", lambda ir, stored, products: {})
+    assert with_rule == [str(k) for k in _kernels(conv, x, w)]
+
+
+def linear3d(x: Any, w: Any) -> Any:  # (batch, seq, in) @ (in, out)
+    return x @ w
+
+
+def heads_merged(p: Any, v: Any) -> Any:  # attention's output per head, back in (batch, seq, width)
+    b, h, t, d = v.shape
+    return fnp.swapaxes(p @ v, 1, 2).reshape((b, t, h * d))
+
+
+def heads_merged_numpy(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    b, h, t, d = v.shape
+    return np.swapaxes(p @ v, 1, 2).reshape((b, t, h * d))
+
+
+def test_batched_array_times_matrix_is_one_product_without_broadcast() -> None:
+    x, w = _args((2, 24, 40), (40, 32))
+    ir = fg.make_ir(linear3d)(fg.Tensor(x), fg.Tensor(w))
+    (dot,) = [e for e in ir.eqns if e.primitive.name == "dot_general"]
+    assert dot.param_dict["batch"] == ((), ()) and not [e for e in ir.eqns if e.primitive.name == "broadcast_in_dim"]
+    cotangent = _args((2, 24, 32), seed=3)[0]
+    grads = fg.grad(lambda x, w: (linear3d(x, w) * fnp.asarray(cotangent)).sum(), argnums=(0, 1))
+    kernels = _kernels(grads, x, w)
+    weight = [k for k in _products(kernels) if k.shape == (40, 32)]
+    # the weight gradient: one product summing over batch and sequence, not per-batch products then a sum
+    assert len(weight) == 1 and weight[0].reduce_shape == (2, 24) and render_tile._tileable(weight[0])
+    broadcast_copies = [k for k in kernels if k.reduce_op is None and int(np.prod(k.shape)) >= 2 * 40 * 32]
+    assert not broadcast_copies  # no copy of w per batch
+
+
+def test_product_is_stored_before_a_reshape_that_merges_into_its_columns() -> None:
+    kernels = _kernels(heads_merged, *_args((2, 3, 32, 32), (2, 3, 32, 16)))
+    (product,) = _products(kernels)
+    assert not S._collect(product.reduce_expr, ("div", "rem"), {}, set())
+    assert render_tile._tileable(product)
+
+
+@pytest.mark.parametrize("fn, numpy_fn, shapes", [
+    (linear3d, lambda x, w: x @ w, ((2, 24, 40), (40, 32))),
+    (heads_merged, heads_merged_numpy, ((2, 3, 32, 32), (2, 3, 32, 16))),
+], ids=["linear3d", "heads_merged"])
+def test_products_through_movements_match_the_reference(fn: Any, numpy_fn: Any, shapes: Any) -> None:
+    _check(fn, numpy_fn, _args(*shapes))
