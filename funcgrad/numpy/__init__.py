@@ -20,11 +20,12 @@ from funcgrad.numpy.conversion import (
 from funcgrad.numpy.creation import *  # noqa: F403
 from funcgrad.numpy.elementwise import *  # noqa: F403
 from funcgrad.numpy.indexing import *  # noqa: F403
-from funcgrad.numpy.linalg import *  # noqa: F403
+from funcgrad.numpy.products import *  # noqa: F403
 from funcgrad.numpy.manipulation import *  # noqa: F403
 from funcgrad.numpy.reductions import *  # noqa: F403
 from funcgrad.numpy.searching import *  # noqa: F403
 from funcgrad.core.tensor import Array, Tensor
+from funcgrad.numpy import linalg  # the standard's linalg extension: fnp.linalg.cholesky, ...
 
 array = asarray
 e, pi, inf, nan, newaxis = 2.718281828459045, 3.141592653589793, float("inf"), float("nan"), None
