@@ -20,6 +20,7 @@ from funcgrad.numpy.conversion import (
 from funcgrad.numpy.creation import *  # noqa: F403
 from funcgrad.numpy.elementwise import *  # noqa: F403
 from funcgrad.numpy.indexing import *  # noqa: F403
+from funcgrad.numpy.inspection import *  # noqa: F403  (finfo, iinfo with Python numbers)
 from funcgrad.numpy.products import *  # noqa: F403
 from funcgrad.numpy.manipulation import *  # noqa: F403
 from funcgrad.numpy.reductions import *  # noqa: F403
