@@ -32,7 +32,8 @@ LINEAR = ["add", "sub", "neg", "mul", "div", "convert_element_type", "reduce_sum
           "broadcast_in_dim", "transpose", "pad", "slice", "flip", "concatenate", "select", "dynamic_slice",
           "dynamic_update_slice", "gather", "scatter", "cumsum", "dot_general", "conv_general_dilated",
           "solve"]
-NOT_LINEAR = ["cholesky", "slogdet", "eigh", "qr", "svd", "reduce_prod", "reduce_max", "reduce_min", "cumprod", "cummax", "cummin", "sort", "exp", "pow"]
+NOT_LINEAR = ["cholesky", "slogdet", "eigh", "qr", "svd",
+              "reduce_prod", "reduce_max", "reduce_min", "cumprod", "cummax", "cummin", "sort", "exp", "pow"]
 
 
 class Const:
