@@ -26,8 +26,10 @@ _KINDS["integral"] = _KINDS["signed integer"] + _KINDS["unsigned integer"]
 _KINDS["numeric"] = _KINDS["integral"] + _KINDS["real floating"] + _KINDS["complex floating"]
 
 
-def _supported(name: str) -> bool:
-    return isinstance(getattr(dtypes, name, None), np.dtype)
+def _dtype_named(name: str) -> np.dtype | None:
+    """The dtype called ``name`` if funcgrad has it (complex ones arrive with complex support)."""
+    found = getattr(dtypes, "bool_" if name == "bool" else name, None)
+    return found if isinstance(found, np.dtype) else None
 
 
 class Info:
@@ -49,8 +51,9 @@ class Info:
     def default_dtypes(self, *, device: str | None = None) -> dict[str, np.dtype]:
         out = {"real floating": dtypes.default_float, "integral": dtypes.default_int,
                "indexing": dtypes.default_int}
-        if _supported("complex64"):
-            out["complex floating"] = dtypes.complex64  # type: ignore[attr-defined]
+        complex64 = _dtype_named("complex64")
+        if complex64 is not None:
+            out["complex floating"] = complex64
         return out
 
     def dtypes(self, *, device: str | None = None, kind: str | tuple[str, ...] | None = None) -> dict[str, np.dtype]:
@@ -66,8 +69,8 @@ class Info:
             if k not in _KINDS:
                 raise ValueError(f"__array_namespace_info__().dtypes: unknown kind {k!r}; the kinds are "
                                  f"{', '.join(_KINDS)}")
-            names += [n for n in _KINDS[k] if n not in names and _supported(n)]
-        return {name: getattr(dtypes, name) for name in names}
+            names += [n for n in _KINDS[k] if n not in names and _dtype_named(n) is not None]
+        return {name: _dtype_named(name) for name in names}  # type: ignore[misc]
 
 
 def __array_namespace_info__() -> Info:  # noqa: N807 - the standard's name

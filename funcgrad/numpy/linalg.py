@@ -96,11 +96,11 @@ def solve(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     a, b = astype(a, dtype), astype(b, dtype)
     n = a.shape[-1]
     vector = b.ndim == 1
-    if vector:
-        b = reshape(b, (n, 1))
-    if b.ndim < 2 or b.shape[-2] != n:
+    if b.ndim == 0 or b.shape[-1 if vector else -2] != n:
         raise ValueError(f"linalg.solve: x2 of shape {asarray(x2).shape} does not fit x1 of shape {a.shape}; "
                          f"x2 must be ({n},) or (..., {n}, K)")
+    if vector:
+        b = reshape(b, (n, 1))
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = broadcast_to(a, batch + a.shape[-2:])
     b = broadcast_to(b, batch + b.shape[-2:])

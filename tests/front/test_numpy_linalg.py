@@ -239,10 +239,11 @@ def test_norm_defaults_and_errors(rng):
     assert_close(fnp.norm(x).numpy(), np.linalg.norm(x.astype(np.float64)), **TOL)
     assert_close(fnp.norm(x, axis=1).numpy(), np.linalg.norm(x.astype(np.float64), axis=1), **TOL)
     assert fnp.norm(np.arange(3)).dtype == np.float32
-    with pytest.raises(NotImplementedError, match="needs singular values.*use ord='fro'"):
-        fnp.matrix_norm(x, ord=2)
-    with pytest.raises(NotImplementedError, match="SVD"):
-        fnp.norm(x[0], "nuc")
+    x64 = x.astype(np.float64)
+    for ord_ in (2, -2, "nuc"):  # through the singular values (the svd primitive)
+        assert_close(fnp.matrix_norm(x, ord=ord_).numpy(), np.linalg.norm(x64, ord_, axis=(-2, -1)), **TOL)
+    assert_close(fnp.norm(x, "nuc", axis=(2, 0), keepdims=True).numpy(),
+                 np.linalg.norm(x64, "nuc", axis=(2, 0), keepdims=True), **TOL)
     with pytest.raises(ValueError, match="1-d or 2-d array"):
         fnp.norm(x, 1)
     with pytest.raises(ValueError, match="ord must be a number"):
