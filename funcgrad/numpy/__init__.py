@@ -10,7 +10,7 @@ same eagerly (lazily evaluated) and inside traces, and is built on the primitive
 """
 
 from funcgrad.ir.dtypes import (
-    bfloat16, bool_, finfo, float16, float32, float64, iinfo, int8, int16, int32, int64, uint8, uint16,
+    bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16,
     uint32, uint64,
 )
 from funcgrad.ir.dtypes import bool_ as bool  # noqa: A001 - the Array API name
@@ -20,7 +20,7 @@ from funcgrad.numpy.conversion import (
 from funcgrad.numpy.creation import *  # noqa: F403
 from funcgrad.numpy.elementwise import *  # noqa: F403
 from funcgrad.numpy.indexing import *  # noqa: F403
-from funcgrad.numpy.inspection import *  # noqa: F403  (finfo, iinfo with Python numbers)
+from funcgrad.numpy.inspection import *  # noqa: F403
 from funcgrad.numpy.products import *  # noqa: F403
 from funcgrad.numpy.manipulation import *  # noqa: F403
 from funcgrad.numpy.reductions import *  # noqa: F403

@@ -49,7 +49,7 @@ class Info:
         return tuple(available_devices())
 
     def default_dtypes(self, *, device: str | None = None) -> dict[str, np.dtype]:
-        out = {"real floating": dtypes.default_float, "integral": dtypes.default_int,
+        out: dict[str, np.dtype] = {"real floating": dtypes.default_float, "integral": dtypes.default_int,
                "indexing": dtypes.default_int}
         complex64 = _dtype_named("complex64")
         if complex64 is not None:
