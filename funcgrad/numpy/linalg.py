@@ -283,6 +283,71 @@ def cross(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1) -> Tensor:
     return stack(components, axis=position)
 
 
+class LstsqResult(NamedTuple):
+    solution: Tensor
+    residuals: Tensor
+    rank: Tensor
+    singular_values: Tensor
+
+
+def lstsq(a: ArrayLike, b: ArrayLike, rcond: float | None = None) -> LstsqResult:
+    """The least-squares solution of a x = b (b a vector or columns) through the pseudo-inverse,
+    with NumPy's other results: residuals (the squared 2-norms of b - a x per column when a has more
+    rows than columns, 0 where it lacks full column rank; empty otherwise), rank and singular values.
+
+    >>> [round(v, 5) for v in lstsq(asarray([[1.0], [1.0]]), asarray([1.0, 3.0])).solution.tolist()]
+    [2.0]
+    """
+    matrix = _matrices(a, "lstsq", square=False)
+    rhs = astype(asarray(b), matrix.dtype)
+    if matrix.ndim != 2 or rhs.ndim not in (1, 2) or rhs.shape[0] != matrix.shape[0]:
+        raise ValueError(f"linalg.lstsq needs a of shape (M, N) and b of shape (M,) or (M, K), got "
+                         f"{matrix.shape} and {rhs.shape}")
+    m, n = matrix.shape
+    rtol = None if rcond is None or rcond < 0 else rcond
+    solution = matmul(pinv(matrix, rtol), rhs)
+    values = svdvals(matrix)
+    rank = matrix_rank(matrix, rtol=rtol)
+    residual = subtract(rhs, matmul(matrix, solution))
+    squared = sum_(multiply(residual, residual), axis=0)
+    if m > n:  # where a lacks full column rank the residuals are 0 (a static shape under jit, as JAX)
+        residuals = where(rank == n, squared, 0.0)
+        residuals = reshape(residuals, (1,)) if rhs.ndim == 1 else residuals
+    else:
+        residuals = reshape(squared, (-1,))[:0]
+    return LstsqResult(solution, residuals, rank, values)
+
+
+def multi_dot(arrays: Any, /) -> Tensor:
+    """The product of a sequence of matrices (first and last may be vectors), left to right.
+
+    >>> multi_dot([asarray([1.0, 2.0]), asarray([[1.0], [1.0]])]).tolist()
+    [3.0]
+    """
+    operands = list(arrays)
+    if len(operands) < 2:
+        raise ValueError(f"linalg.multi_dot needs at least two arrays, got {len(operands)}")
+    out = asarray(operands[0])
+    for operand in operands[1:]:
+        out = matmul(out, operand)
+    return out
+
+
+def cond(x: ArrayLike, p: Any = None) -> Tensor:
+    """The condition number: largest over smallest singular value (p None or 2), their inverse ratio
+    for p = -2, else norm(x, p) * norm(inv(x), p).
+
+    >>> cond(asarray([[2.0, 0.0], [0.0, 0.5]])).item()
+    4.0
+    """
+    a = _matrices(x, "cond", square=p not in (None, 2, -2))
+    if p in (None, 2, -2):
+        values = svdvals(a)
+        largest, smallest = values[..., 0], values[..., -1]
+        return largest / smallest if p != -2 else smallest / largest
+    return multiply(matrix_norm(a, ord=p), matrix_norm(inv(a), ord=p))
+
+
 def diagonal(x: ArrayLike, /, *, offset: int = 0) -> Tensor:
     """The ``offset``-th diagonal of the matrices in the last two axes. >>> diagonal(asarray([[1, 2], [3, 4]]))"""
     return products.diagonal(x, offset, -2, -1)
@@ -298,7 +363,8 @@ def trace(x: ArrayLike, /, *, offset: int = 0, dtype: Any = None) -> Tensor:
 
 
 __all__ = [
-    "EighResult", "QRResult", "SVDResult", "SlogdetResult", "cholesky", "cross", "det", "diagonal", "eigh",
-    "eigvalsh", "inv", "matmul", "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "norm",
-    "outer", "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm",
+    "EighResult", "LstsqResult", "QRResult", "SVDResult", "SlogdetResult", "cholesky", "cond", "cross", "det",
+    "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul", "multi_dot", "matrix_norm", "matrix_power",
+    "matrix_rank", "matrix_transpose", "norm", "outer", "pinv", "qr", "slogdet", "solve", "svd", "svdvals",
+    "tensordot", "trace", "vecdot", "vector_norm",
 ]

@@ -256,3 +256,19 @@ def test_factorizations_reconstruct_their_input(batch, rows, cols, seed):
     w, v = (t.numpy() for t in linalg.eigh(_t64(spd)))
     np.testing.assert_allclose(spd @ v, v * w[..., None, :], atol=1e-9)
     np.testing.assert_allclose(spd @ linalg.solve(_t64(spd), _t64(a)).numpy(), a, atol=1e-9)
+
+
+def test_lstsq_multi_dot_and_cond_match_numpy():
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
+    got, expected = linalg.lstsq(_t64(a), _t64(b)), np.linalg.lstsq(a, b)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(g), e, rtol=1e-10, atol=1e-12)
+    assert linalg.lstsq(_t64(a.T), _t64(b[:3, 0])).residuals.shape == (0,)  # underdetermined: no residuals
+    grad = fg.grad(lambda m: fnp.sum(linalg.lstsq(m, _t64(b)).solution))(_t64(a)).numpy()
+    expected_grad = _finite_difference_grad(lambda m: float(np.linalg.lstsq(m, b)[0].sum()), a)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(linalg.multi_dot([_t64(a.T), _t64(a), _t64(b[:3, 0])]).numpy(),
+                               np.linalg.multi_dot([a.T, a, b[:3, 0]]), rtol=1e-12)
+    for p in (None, -2, 1, "fro"):
+        np.testing.assert_allclose(linalg.cond(_t64(a[:3]), p).item(), np.linalg.cond(a[:3], p), rtol=1e-10)
