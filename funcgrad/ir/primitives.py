@@ -921,8 +921,11 @@ def _lapack(fn: Callable[..., Any]) -> Callable[..., Any]:
             out = fn(*compute, **params)
         except np.linalg.LinAlgError:
             batch = compute[0].shape[:-2]
-            if not batch:
-                out = fn(*(np.full_like(x, np.nan) for x in compute), **params)
+            if not batch:  # the shapes of the results, computed for an identity, filled with NaN
+                stand_in = np.eye(*compute[0].shape[-2:], dtype=compute[0].dtype)
+                shaped = fn(stand_in, *compute[1:], **params)
+                out = (tuple(np.full_like(o, np.nan) for o in shaped) if isinstance(shaped, tuple)
+                       else np.full_like(shaped, np.nan))
             else:
                 per_matrix = [impl(*(x[index] for x in compute), **params) for index in np.ndindex(*batch)]
                 results = per_matrix if isinstance(per_matrix[0], tuple) else [(p,) for p in per_matrix]
