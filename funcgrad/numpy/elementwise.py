@@ -308,7 +308,9 @@ def _float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def floor_divide(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """Division rounding toward -inf (Python's ``//``); integer x // 0 gives 0.
+    """Division rounding toward -inf (Python's ``//``); integer x // 0 gives 0. With an infinite
+    operand the result is the standard's floor(x1 / x2): inf // 2 is inf and -3 // inf is -0
+    (NumPy and JAX give NaN and -1.0).
 
     >>> floor_divide(asarray([-7, 7]), 2).tolist()
     [-4, 3]
