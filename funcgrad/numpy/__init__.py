@@ -1,4 +1,4 @@
-"""funcgrad.numpy: a jax.numpy-like function surface following the Array API standard (2023.12).
+"""funcgrad.numpy: a jax.numpy-like function surface following the Array API standard (2024.12).
 
 Import it as ``fnp``. Every function accepts Tensors, NumPy arrays and Python scalars, works the
 same eagerly (lazily evaluated) and inside traces, and is built on the primitives of
@@ -29,4 +29,5 @@ from funcgrad.core.tensor import Array, Tensor
 from funcgrad.numpy import linalg  # the standard's linalg extension: fnp.linalg.cholesky, ...
 
 array = asarray
+__array_api_version__ = "2024.12"  # the standard this namespace implements (as jax.numpy 0.10 declares)
 e, pi, inf, nan, newaxis = 2.718281828459045, 3.141592653589793, float("inf"), float("nan"), None
