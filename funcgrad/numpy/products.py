@@ -89,9 +89,10 @@ def matmul(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     return _as_result(out, was_bool)
 
 
-def tensordot(x1: ArrayLike, x2: ArrayLike, /, *,
+def tensordot(x1: ArrayLike, x2: ArrayLike, /,
               axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Tensor:
-    """Contract the last ``axes`` axes of ``x1`` with the first ones of ``x2``, or the listed pairs.
+    """Contract the last ``axes`` axes of ``x1`` with the first ones of ``x2``, or the listed pairs;
+    ``axes`` may be passed by position, as NumPy and JAX allow (``tensordot(a, b, 2)``).
 
     >>> tensordot(asarray([[1.0, 2.0]]), asarray([[3.0], [4.0]]), axes=1).tolist()
     [[11.0]]

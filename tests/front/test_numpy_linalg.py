@@ -234,6 +234,12 @@ def test_matrix_norm_and_norm(rng, ord):
     assert_close(fnp.norm(x[0], ord).numpy(), np.linalg.norm(x[0].astype(np.float64), ord), **TOL)
 
 
+def test_tensordot_takes_axes_by_position(rng):
+    a, b = _normal(rng, 2, 3, 4), _normal(rng, 3, 4, 5)
+    assert_close(fnp.tensordot(a, b, 2).numpy(), np.tensordot(*_f64(a, b), 2), **TOL)
+    assert_close(fnp.linalg.tensordot(a, b, ([1], [0])).numpy(), np.tensordot(*_f64(a, b), ([1], [0])), **TOL)
+
+
 def test_norm_defaults_and_errors(rng):
     x = _normal(rng, 2, 3, 4)
     assert_close(fnp.norm(x).numpy(), np.linalg.norm(x.astype(np.float64)), **TOL)
