@@ -23,7 +23,7 @@ from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.numpy import products
 from funcgrad.numpy.conversion import ArrayLike, asarray, astype, broadcast_shapes, broadcast_to
-from funcgrad.numpy.creation import eye
+from funcgrad.numpy.creation import eye, tril, triu
 from funcgrad.numpy.elementwise import exp, greater, multiply, subtract, where
 from funcgrad.numpy.manipulation import expand_dims, matrix_transpose, reshape, stack
 from funcgrad.numpy.products import matmul, matrix_norm, norm, outer, tensordot, vecdot, vector_norm
@@ -69,15 +69,24 @@ def _eye_like(x: Tensor) -> Tensor:
     return broadcast_to(eye(n, dtype=x.dtype), x.shape)
 
 
-def cholesky(x: ArrayLike, /, *, upper: bool = False) -> Tensor:
+def _from_triangle(x: Tensor, lower: bool) -> Tensor:
+    """The symmetric matrices whose lower (or upper) triangle is that of ``x`` (the other is not read)."""
+    if lower:
+        return tril(x) + matrix_transpose(tril(x, k=-1))
+    return triu(x) + matrix_transpose(triu(x, k=1))
+
+
+def cholesky(x: ArrayLike, /, *, upper: bool = False, symmetrize_input: bool = True) -> Tensor:
     """The Cholesky factor L (lower triangular, x = L L^T) of symmetric positive-definite matrices;
-    U = L^T with ``upper=True``. Only the symmetric part (x + x^T) / 2 is read, as in JAX; a matrix
-    that is not positive definite gives NaNs.
+    U = L^T with ``upper=True``. The symmetric part (x + x^T) / 2 is read, as in JAX; with
+    ``symmetrize_input=False`` only the lower triangle. A matrix that is not positive definite
+    gives NaNs.
 
     >>> cholesky(asarray([[4.0, 2.0], [2.0, 5.0]])).tolist()
     [[2.0, 0.0], [1.0, 2.0]]
     """
-    lower = bind(P.cholesky_p, _matrices(x, "cholesky"))
+    a = _matrices(x, "cholesky")
+    lower = bind(P.cholesky_p, a if symmetrize_input else _from_triangle(a, lower=True))
     return matrix_transpose(lower) if upper else lower
 
 
@@ -118,8 +127,9 @@ def inv(x: ArrayLike, /) -> Tensor:
     return bind(P.solve_p, a, _eye_like(a), transpose_a=False)
 
 
-def slogdet(x: ArrayLike, /) -> SlogdetResult:
-    """(sign, log|det|) of square matrices: sign 0 and logabsdet -inf for a singular one.
+def slogdet(x: ArrayLike, /, *, method: str | None = None) -> SlogdetResult:
+    """(sign, log|det|) of square matrices: sign 0 and logabsdet -inf for a singular one. ``method``
+    (JAX's choice of factorization) is accepted; LAPACK's LU is used either way.
 
     >>> slogdet(asarray([[-2.0, 0.0], [0.0, 3.0]])).sign.item()
     -1.0
@@ -139,21 +149,31 @@ def det(x: ArrayLike, /) -> Tensor:
     return multiply(sign, exp(logabsdet))
 
 
-def eigh(x: ArrayLike, /) -> EighResult:
-    """Eigenvalues (ascending) and eigenvectors (columns) of symmetric matrices; only the symmetric
-    part (x + x^T) / 2 is read. The eigenvectors' derivative drops the terms of repeated eigenvalues,
-    whose eigenvectors are not unique (JAX gives infinities there).
+def eigh(x: ArrayLike, /, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:  # noqa: N803
+    """Eigenvalues (ascending) and eigenvectors (columns) of symmetric matrices. The symmetric part
+    (x + x^T) / 2 is read (JAX's default); with ``symmetrize_input=False`` the triangle ``UPLO``
+    names ('L', the default, or 'U'). The eigenvectors' derivative drops the terms of repeated
+    eigenvalues, whose eigenvectors are not unique (JAX gives infinities there).
 
     >>> eigh(asarray([[2.0, 0.0], [0.0, 1.0]])).eigenvalues.tolist()
     [1.0, 2.0]
     """
-    eigenvalues, eigenvectors = bind(P.eigh_p, _matrices(x, "eigh"))
+    if UPLO not in (None, "L", "U"):
+        raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    a = _matrices(x, "eigh")
+    if not symmetrize_input:
+        a = _from_triangle(a, lower=UPLO != "U")
+    eigenvalues, eigenvectors = bind(P.eigh_p, a)
     return EighResult(eigenvalues, eigenvectors)
 
 
-def eigvalsh(x: ArrayLike, /) -> Tensor:
-    """The eigenvalues (ascending) of symmetric matrices. >>> eigvalsh(asarray([[2.0, 0.0], [0.0, 1.0]]))"""
-    return eigh(x).eigenvalues
+def eigvalsh(x: ArrayLike, /, UPLO: str | None = None, symmetrize_input: bool = True) -> Tensor:  # noqa: N803
+    """The eigenvalues (ascending) of symmetric matrices (see ``eigh``).
+
+    >>> eigvalsh(asarray([[2.0, 0.0], [0.0, 1.0]])).tolist()
+    [1.0, 2.0]
+    """
+    return eigh(x, UPLO, symmetrize_input).eigenvalues
 
 
 def qr(x: ArrayLike, /, *, mode: str = "reduced") -> Any:
@@ -169,10 +189,11 @@ def qr(x: ArrayLike, /, *, mode: str = "reduced") -> Any:
     return r if mode == "r" else QRResult(q, r)
 
 
-def svd(x: ArrayLike, /, *, full_matrices: bool = True, compute_uv: bool = True) -> Any:
+def svd(x: ArrayLike, /, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
     """Singular value decomposition x = U diag(S) Vh, S descending. ``full_matrices=True`` (the
     default, as in NumPy, JAX and the standard) gives square U and Vh; the derivative needs
-    ``full_matrices=False`` unless x is square. ``compute_uv=False`` returns S alone.
+    ``full_matrices=False`` unless x is square. ``compute_uv=False`` returns S alone. ``hermitian``
+    is accepted for NumPy/JAX compatibility (the general SVD is used).
 
     >>> svd(asarray([[3.0, 0.0], [0.0, -4.0]])).S.tolist()
     [4.0, 3.0]

@@ -272,3 +272,18 @@ def test_lstsq_multi_dot_and_cond_match_numpy():
                                np.linalg.multi_dot([a.T, a, b[:3, 0]]), rtol=1e-12)
     for p in (None, -2, 1, "fro"):
         np.testing.assert_allclose(linalg.cond(_t64(a[:3]), p).item(), np.linalg.cond(a[:3], p), rtol=1e-10)
+
+
+def test_triangle_options_read_only_one_triangle():
+    rng = np.random.default_rng(8)
+    spd = _spd(rng, 3, 3)
+    lower_only = np.tril(spd) + np.triu(rng.normal(size=(3, 3)), 1)  # garbage above the diagonal
+    upper_only = np.triu(spd) + np.tril(rng.normal(size=(3, 3)), -1)
+    np.testing.assert_allclose(linalg.cholesky(_t64(lower_only), symmetrize_input=False).numpy(),
+                               np.linalg.cholesky(spd), rtol=1e-12)
+    np.testing.assert_allclose(linalg.eigvalsh(_t64(upper_only), UPLO="U", symmetrize_input=False).numpy(),
+                               np.linalg.eigvalsh(spd), rtol=1e-12)
+    np.testing.assert_allclose(linalg.eigvalsh(_t64(lower_only), "L", symmetrize_input=False).numpy(),
+                               np.linalg.eigvalsh(lower_only, "L"), rtol=1e-12)
+    with pytest.raises(ValueError, match="UPLO must be 'L' or 'U'"):
+        linalg.eigh(spd, UPLO="X")
