@@ -198,8 +198,8 @@ def test_errors_name_the_function_and_shapes():
 # --- against JAX -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["cholesky", "inv", "det", "slogdet", "eigvalsh", "eigh_vectors", "qr_tall",
-                                  "qr_wide", "svd_vectors", "pinv", "matrix_norm_2", "solve_vector"])
+# the conventions finite differences cannot see: symmetrization, signs, which triangle is read
+@pytest.mark.parametrize("name", ["cholesky", "slogdet", "eigh_vectors", "qr_tall", "svd_vectors", "pinv"])
 def test_values_and_gradients_match_jax(name):
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
@@ -233,7 +233,7 @@ def test_values_and_gradients_match_jax(name):
 _sizes = st.integers(1, 4)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(batch=st.integers(0, 2), rows=_sizes, cols=_sizes, seed=st.integers(0, 2**16))
 def test_factorizations_reconstruct_their_input(batch, rows, cols, seed):
     rng = np.random.default_rng(seed)
