@@ -16,8 +16,6 @@ import builtins
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 import funcgrad.numpy as fnp
 from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
@@ -86,7 +84,7 @@ class TensorMethods:
     def __setitem__(self, index: Any, value: Any) -> None:
         raise TypeError("funcgrad Tensors are immutable; use x = x.at[index].set(value) (as in JAX)")
 
-    # --- the Array API standard's array object: namespace, devices, interchange ----------------
+    # --- the Array API standard's array object: its namespace, devices ------------------------
     def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
         """The namespace of this array's functions (``funcgrad.numpy``), for library-agnostic code."""
         return fnp
@@ -97,23 +95,6 @@ class TensorMethods:
 
     def __complex__(self) -> complex:
         return complex(self.item())
-
-    def __dlpack__(self, /, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        """A DLPack capsule of the value, realized on the host (zero-copy unless ``copy`` or a consumer
-        that only speaks DLPack < 1.0, which cannot mark the read-only buffer as such)."""
-        host = self._concrete("__dlpack__()")  # type: ignore[attr-defined]
-        legacy = max_version is None or max_version[0] < 1
-        if copy or (legacy and not host.flags.writeable):
-            host = np.array(host, copy=True)
-        if legacy:
-            return host.__dlpack__(stream=stream)
-        return host.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device,
-                               copy=False if copy is None else copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        """(kDLCPU, 0): ``__dlpack__`` exports the host copy of the value whatever its device."""
-        return (1, 0)
 
     @property
     def at(self) -> Any:

@@ -228,11 +228,12 @@ def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Tensor:
     return bind(P.broadcast_in_dim_p, x, shape=shape, broadcast_dimensions=tuple(range(offset, len(shape))))
 
 
-def broadcast_arrays(*args: ArrayLike) -> tuple[Tensor, ...]:
-    """The arguments broadcast to their common shape, as a tuple (the standard's and NumPy 2's type)."""
+def broadcast_arrays(*args: ArrayLike) -> list[Tensor]:
+    """The arguments broadcast to their common shape, as a list (JAX's type and the standard's up to
+    2024.12; 2025.12 and NumPy 2 return a tuple)."""
     tensors = [asarray(a) for a in args]
     shape = broadcast_shapes(*(t.shape for t in tensors))
-    return tuple(broadcast_to(t, shape) for t in tensors)
+    return [broadcast_to(t, shape) for t in tensors]
 
 
 def apply_elementwise(primitive: Primitive, *args: ArrayLike, to_float: bool = False,

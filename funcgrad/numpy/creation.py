@@ -245,7 +245,7 @@ def triu(x: ArrayLike, /, *, k: int = 0) -> Tensor:
     return _triangle(x, k, lower=False, name="triu")
 
 
-def meshgrid(*arrays: ArrayLike, indexing: str = "xy", sparse: bool = False) -> tuple[Tensor, ...]:
+def meshgrid(*arrays: ArrayLike, indexing: str = "xy", sparse: bool = False) -> list[Tensor]:
     """Coordinate grids from 1-d arrays: with ``indexing='ij'`` output i varies along axis i;
     'xy' (the default) swaps the first two axes (Cartesian order). ``sparse`` keeps size-1 axes.
 
@@ -270,7 +270,7 @@ def meshgrid(*arrays: ArrayLike, indexing: str = "xy", sparse: bool = False) -> 
     for t, dim in zip(tensors, dims):
         shape = tuple(sizes) if not sparse else tuple(d if i == dim else 1 for i, d in enumerate(sizes))
         grids.append(bind(P.broadcast_in_dim_p, t, shape=shape, broadcast_dimensions=(dim,)))
-    return tuple(grids)  # a tuple, as the standard (2024.12) and NumPy 2 return (JAX: a list)
+    return grids  # a list, as JAX and the standard up to 2024.12 (2025.12 and NumPy 2: a tuple)
 
 
 def diag(v: ArrayLike, /, k: int = 0) -> Tensor:

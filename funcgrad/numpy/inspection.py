@@ -1,10 +1,8 @@
-"""What the Array API standard calls inspection and data-type functions, and DLPack interchange:
-``__array_namespace_info__``, ``can_cast``, ``finfo``/``iinfo``, ``from_dlpack``.
+"""What the Array API standard calls inspection and data-type functions: ``__array_namespace_info__``,
+``can_cast``, ``finfo``/``iinfo``.
 
 ``finfo`` and ``iinfo`` return NumPy's facts with Python numbers (the standard wants ``float``/``int``,
-NumPy gives NumPy scalars). DLPack goes through NumPy: a funcgrad value is exported as its realized
-host array (zero-copy on the CPU), and ``from_dlpack`` imports anything that exports a CPU DLPack
-capsule (NumPy, PyTorch, JAX) without copying on the way in.
+NumPy gives NumPy scalars).
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import numpy as np
 
 from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
-from funcgrad.numpy.conversion import asarray
 
 _KINDS: dict[str, tuple[str, ...]] = {
     "bool": ("bool",), "signed integer": ("int8", "int16", "int32", "int64"),
@@ -44,9 +41,10 @@ class Info:
         from funcgrad.devices import Device
         return Device.DEFAULT
 
-    def devices(self) -> tuple[str, ...]:
+    def devices(self) -> list[str]:
+        """The devices this machine can run (a list, as the standard 2024.12 says)."""
         from funcgrad.devices import available_devices
-        return tuple(available_devices())
+        return list(available_devices())
 
     def default_dtypes(self, *, device: str | None = None) -> dict[str, np.dtype]:
         out: dict[str, np.dtype] = {"real floating": dtypes.default_float, "integral": dtypes.default_int,
@@ -130,17 +128,4 @@ class iinfo:  # noqa: N801 - NumPy's name
         return f"iinfo(bits={self.bits}, max={self.max}, min={self.min}, dtype={self.dtype.name})"
 
 
-def from_dlpack(x: Any, /, *, device: str | None = None, copy: bool | None = None) -> Tensor:
-    """A funcgrad value holding the data of any object exporting DLPack on the CPU (a NumPy array, a
-    PyTorch CPU tensor, ...).
-
-    >>> from_dlpack(np.arange(3)).tolist()
-    [0, 1, 2]
-    """
-    if isinstance(x, Tensor):
-        return x if device is None else x.to(device)
-    host = np.from_dlpack(x) if copy is None else np.from_dlpack(x, copy=copy)
-    return asarray(host, device=device)
-
-
-__all__ = ["__array_namespace_info__", "can_cast", "finfo", "from_dlpack", "iinfo"]
+__all__ = ["__array_namespace_info__", "can_cast", "finfo", "iinfo"]
