@@ -36,8 +36,6 @@ class TensorMethods:
         def shape(self) -> tuple[int, ...]: ...
         @property
         def ndim(self) -> int: ...
-        def to(self, device: str) -> Tensor: ...
-        def item(self) -> Any: ...
 
     # --- operators ----------------------------------------------------------------------------
     def __add__(self, other: Any) -> Tensor: return fnp.add(self, other)
@@ -91,10 +89,10 @@ class TensorMethods:
 
     def to_device(self, device: str, /, *, stream: Any = None) -> Tensor:
         """The standard's spelling of ``.to(device)``."""
-        return self.to(device)
+        return self.to(device)  # type: ignore[attr-defined]
 
     def __complex__(self) -> complex:
-        return complex(self.item())
+        return complex(self.item())  # type: ignore[attr-defined]
 
     @property
     def at(self) -> Any:

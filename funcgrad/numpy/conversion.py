@@ -229,8 +229,6 @@ def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Tensor:
 
 
 def broadcast_arrays(*args: ArrayLike) -> list[Tensor]:
-    """The arguments broadcast to their common shape, as a list (JAX's type and the standard's up to
-    2024.12; 2025.12 and NumPy 2 return a tuple)."""
     tensors = [asarray(a) for a in args]
     shape = broadcast_shapes(*(t.shape for t in tensors))
     return [broadcast_to(t, shape) for t in tensors]

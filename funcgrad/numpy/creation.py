@@ -204,7 +204,6 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     shape = _shape((n_rows, n_cols))
     rows = bind(P.iota_p, dtype=dtypes.int32, shape=shape, dimension=0)
     cols = bind(P.iota_p, dtype=dtypes.int32, shape=shape, dimension=1)
-    k = max(-n_rows, min(n_cols, int(k)))  # a diagonal outside the matrix: all zeros (any int k)
     on_diagonal = (cols - rows) == np.int32(k)
     return on_diagonal.astype(dtypes.default_float if dtype is None else dtype)
 
@@ -270,7 +269,7 @@ def meshgrid(*arrays: ArrayLike, indexing: str = "xy", sparse: bool = False) -> 
     for t, dim in zip(tensors, dims):
         shape = tuple(sizes) if not sparse else tuple(d if i == dim else 1 for i, d in enumerate(sizes))
         grids.append(bind(P.broadcast_in_dim_p, t, shape=shape, broadcast_dimensions=(dim,)))
-    return grids  # a list, as JAX and the standard up to 2024.12 (2025.12 and NumPy 2: a tuple)
+    return grids
 
 
 def diag(v: ArrayLike, /, k: int = 0) -> Tensor:
