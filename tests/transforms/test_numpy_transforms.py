@@ -472,7 +472,7 @@ SKIPPED: dict[str, str] = {
     # class: types, not functions
     **dict.fromkeys(["Array", "Tensor", "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult"], "class"),
     # metadata: take or return dtypes, shapes or axes, not arrays
-    **dict.fromkeys(["finfo", "iinfo", "isdtype", "result_type", "broadcast_shapes", "can_cast"], "metadata"),
+    **dict.fromkeys(["finfo", "iinfo", "isdtype", "result_type", "broadcast_shapes"], "metadata"),
     # creation: no array input to differentiate or batch (shapes and scalars are static)
     **dict.fromkeys(["arange", "empty", "eye", "identity", "ones", "zeros", "diag_indices", "tril_indices",
                      "triu_indices"], "creation"),
@@ -489,6 +489,7 @@ SKIPPED: dict[str, str] = {
                     "bitwise"),
     # value-dependent: output shape depends on the values (integer outputs too)
     **dict.fromkeys(["nonzero", "argwhere", "flatnonzero"], "value-dependent"),
+    "can_cast": "metadata",  # dtypes in, a bool out
 }
 
 
