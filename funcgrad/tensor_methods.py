@@ -100,6 +100,18 @@ class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
     def __setitem__(self, index: Any, value: Any) -> None:
         raise TypeError("funcgrad Tensors are immutable; use x = x.at[index].set(value) (as in JAX)")
 
+    # --- the Array API standard's array object: its namespace, devices ------------------------
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
+        """The namespace of this array's functions (``funcgrad.numpy``), for library-agnostic code."""
+        return fnp
+
+    def to_device(self, device: str, /, *, stream: Any = None) -> Tensor:
+        """The standard's spelling of ``.to(device)``."""
+        return self.to(device)  # type: ignore[attr-defined]
+
+    def __complex__(self) -> complex:
+        return complex(self.item())  # type: ignore[attr-defined]
+
     @property
     def at(self) -> Any:
         """JAX's functional updates: ``x.at[i].set(v)``, ``.add``, ``.multiply``, ``.min``, ``.max``, ``.get``."""

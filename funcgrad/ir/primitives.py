@@ -905,3 +905,146 @@ def _threefry_rule(k0: ShapedArray, k1: ShapedArray,
 threefry2x32_p = Primitive("threefry2x32", _threefry_rule,
                            lambda *xs: tuple(np.broadcast_arrays(*threefry2x32_numpy(*xs))),
                            multiple_results=True)
+
+# --- linear algebra ----------------------------------------------------------------------------
+# Each works on the last two axes of its operands and maps over any leading (batch) axes. None has a
+# kernel lowering: they are host steps run by their NumPy reference, i.e. LAPACK through numpy.linalg
+# (docs/architecture.md, "Linear algebra"). A matrix LAPACK cannot factor (cholesky of a matrix that
+# is not positive definite, solve with a singular matrix) gives NaNs, as in JAX, not an exception:
+# an exception would escape from the middle of a compiled plan. float16/bfloat16 compute in float32.
+
+
+def _matrix_operand(name: str, aval: ShapedArray, square: bool = True) -> tuple[int, int]:
+    _check_kinds(name, [aval], "f")
+    if aval.ndim < 2 or (square and aval.shape[-1] != aval.shape[-2]):
+        what = "square matrices" if square else "matrices"
+        raise ValueError(f"{name} needs {what} in the last two axes (rank >= 2), got shape {aval.shape}")
+    return aval.shape[-2], aval.shape[-1]
+
+
+def _lapack(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A NumPy linear-algebra reference made total: float16/bfloat16 are computed in float32 and
+    results are cast back to the operand dtype; a LinAlgError gives NaN results of the right shapes
+    (per matrix: the others of a batch are still computed)."""
+    def impl(*operands: np.ndarray, **params: Any) -> Any:
+        arrays = [np.asarray(x) for x in operands]
+        dtype = arrays[0].dtype
+        compute = [x.astype(np.float32) if x.dtype in _LOW_PRECISION else x for x in arrays]
+        try:
+            out = fn(*compute, **params)
+        except np.linalg.LinAlgError:
+            batch = compute[0].shape[:-2]
+            if not batch:  # the shapes of the results, computed for an identity, filled with NaN
+                stand_in = np.eye(*compute[0].shape[-2:], dtype=compute[0].dtype)
+                shaped = fn(stand_in, *compute[1:], **params)
+                out = (tuple(np.full_like(o, np.nan) for o in shaped) if isinstance(shaped, tuple)
+                       else np.full_like(shaped, np.nan))
+            else:
+                per_matrix = [impl(*(x[index] for x in compute), **params) for index in np.ndindex(*batch)]
+                results = per_matrix if isinstance(per_matrix[0], tuple) else [(p,) for p in per_matrix]
+                stacked = tuple(np.stack(parts).reshape(batch + parts[0].shape) for parts in zip(*results))
+                out = stacked if isinstance(per_matrix[0], tuple) else stacked[0]
+        if isinstance(out, tuple):
+            return tuple(np.asarray(o).astype(dtype) for o in out)
+        return np.asarray(out).astype(dtype)
+    return impl
+
+
+def _symmetrized(a: np.ndarray) -> np.ndarray:
+    return (a + np.swapaxes(a, -1, -2)) / 2
+
+
+def _cholesky_rule(a: ShapedArray) -> ShapedArray:
+    _matrix_operand("cholesky", a)
+    return a
+
+
+def _cholesky_impl(a: np.ndarray) -> np.ndarray:
+    """The lower factor L of (a + a^T) / 2 = L L^T; NaN where that is not positive definite."""
+    return np.linalg.cholesky(_symmetrized(a))
+
+
+cholesky_p = Primitive("cholesky", _cholesky_rule, _lapack(_cholesky_impl))
+
+
+def _solve_rule(a: ShapedArray, b: ShapedArray, *, transpose_a: bool) -> ShapedArray:
+    n, _ = _matrix_operand("solve", a)
+    _check_kinds("solve", [b], "f")
+    if a.dtype != b.dtype:
+        raise TypeError(f"solve takes operands of one dtype, got {a.dtype.name} and {b.dtype.name}")
+    if b.ndim != a.ndim or b.shape[:-2] != a.shape[:-2] or b.shape[-2] != n:
+        raise ValueError(f"solve needs b of shape (*batch, {n}, k) for a of shape {a.shape}, got {b.shape}")
+    return b
+
+
+def _solve_impl(a: np.ndarray, b: np.ndarray, *, transpose_a: bool) -> np.ndarray:
+    """X with a X = b (a^T X = b when transpose_a); b holds k right-hand sides as columns."""
+    return np.linalg.solve(np.swapaxes(a, -1, -2) if transpose_a else a, b)
+
+
+solve_p = Primitive("solve", _solve_rule, _lapack(_solve_impl))
+
+
+def _slogdet_rule(a: ShapedArray) -> tuple[ShapedArray, ShapedArray]:
+    _matrix_operand("slogdet", a)
+    scalar = ShapedArray(a.shape[:-2], a.dtype)
+    return scalar, scalar
+
+
+def _slogdet_impl(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sign, log|det a|): sign 0 and log -inf for a singular matrix."""
+    sign, logabsdet = np.linalg.slogdet(a)
+    return sign, logabsdet
+
+
+slogdet_p = Primitive("slogdet", _slogdet_rule, _lapack(_slogdet_impl), multiple_results=True)
+
+
+def _eigh_rule(a: ShapedArray) -> tuple[ShapedArray, ShapedArray]:
+    n, _ = _matrix_operand("eigh", a)
+    return ShapedArray(a.shape[:-1], a.dtype), a
+
+
+def _eigh_impl(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues (ascending) and eigenvectors (columns) of (a + a^T) / 2."""
+    eigenvalues, eigenvectors = np.linalg.eigh(_symmetrized(a))
+    return eigenvalues, eigenvectors
+
+
+eigh_p = Primitive("eigh", _eigh_rule, _lapack(_eigh_impl), multiple_results=True)
+
+
+def _qr_rule(a: ShapedArray, *, full_matrices: bool) -> tuple[ShapedArray, ShapedArray]:
+    m, n = _matrix_operand("qr", a, square=False)
+    k = m if full_matrices else min(m, n)
+    batch = a.shape[:-2]
+    return ShapedArray(batch + (m, k), a.dtype), ShapedArray(batch + (k, n), a.dtype)
+
+
+def _qr_impl(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray, np.ndarray]:
+    q, r = np.linalg.qr(a, mode="complete" if full_matrices else "reduced")
+    return q, r
+
+
+qr_p = Primitive("qr", _qr_rule, _lapack(_qr_impl), multiple_results=True)
+
+
+def _svd_rule(a: ShapedArray, *, full_matrices: bool, compute_uv: bool) -> tuple[ShapedArray, ...]:
+    m, n = _matrix_operand("svd", a, square=False)
+    k, batch = min(m, n), a.shape[:-2]
+    values = ShapedArray(batch + (k,), a.dtype)
+    if not compute_uv:
+        return (values,)
+    rows, cols = (m, n) if full_matrices else (k, k)
+    return ShapedArray(batch + (m, rows), a.dtype), values, ShapedArray(batch + (cols, n), a.dtype)
+
+
+def _svd_impl(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.ndarray, ...]:
+    """(u, s, vh) with a = u diag(s) vh and s descending; (s,) alone when not compute_uv."""
+    if not compute_uv:
+        return (np.linalg.svd(a, compute_uv=False),)
+    u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
+    return u, s, vh
+
+
+svd_p = Primitive("svd", _svd_rule, _lapack(_svd_impl), multiple_results=True)

@@ -1,4 +1,4 @@
-"""funcgrad.numpy: a jax.numpy-like function surface following the Array API standard (2023.12).
+"""funcgrad.numpy: a jax.numpy-like function surface following the Array API standard (2024.12).
 
 Import it as ``fnp``. Every function accepts Tensors, NumPy arrays and Python scalars, works the
 same eagerly (lazily evaluated) and inside traces, and is built on the primitives of
@@ -10,7 +10,7 @@ same eagerly (lazily evaluated) and inside traces, and is built on the primitive
 """
 
 from funcgrad.ir.dtypes import (
-    bfloat16, bool_, finfo, float16, float32, float64, iinfo, int8, int16, int32, int64, uint8, uint16,
+    bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16,
     uint32, uint64,
 )
 from funcgrad.ir.dtypes import bool_ as bool  # noqa: A001 - the Array API name
@@ -21,11 +21,14 @@ from funcgrad.numpy.conversion import (
 from funcgrad.numpy.creation import *  # noqa: F403
 from funcgrad.numpy.elementwise import *  # noqa: F403
 from funcgrad.numpy.indexing import *  # noqa: F403
-from funcgrad.numpy.linalg import *  # noqa: F403
+from funcgrad.numpy.inspection import *  # noqa: F403
+from funcgrad.numpy.products import *  # noqa: F403
 from funcgrad.numpy.manipulation import *  # noqa: F403
 from funcgrad.numpy.reductions import *  # noqa: F403
 from funcgrad.numpy.searching import *  # noqa: F403
 from funcgrad.core.tensor import Array, Tensor
+from funcgrad.numpy import linalg  # the standard's linalg extension: fnp.linalg.cholesky, ...
 
 array = asarray
+__array_api_version__ = "2024.12"  # the standard this namespace implements (as jax.numpy 0.10 declares)
 e, pi, inf, nan, newaxis = 2.718281828459045, 3.141592653589793, float("inf"), float("nan"), None

@@ -301,11 +301,16 @@ def _float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     quotient = where(greater(subtract(div, quotient), 0.5), add(quotient, 1), quotient)
     true_quotient = divide(a, b)
     quotient = where(equal(div, 0), copysign(0.0, true_quotient), quotient)
+    # an infinite operand: the standard's (IEEE) floor(a / b), so inf // 2 is inf (not NaN) and
+    # 1 // -inf is -0 (CPython and NumPy give -1.0); the remainder keeps Python's rule
+    quotient = where(logical_or(isinf(a), isinf(b)), floor(true_quotient), quotient)
     return where(equal(b, 0), true_quotient, quotient), mod
 
 
 def floor_divide(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
-    """Division rounding toward -inf (Python's ``//``); integer x // 0 gives 0.
+    """Division rounding toward -inf (Python's ``//``); integer x // 0 gives 0. With an infinite
+    operand the result is the standard's floor(x1 / x2): inf // 2 is inf and -3 // inf is -0
+    (NumPy and JAX give NaN and -1.0).
 
     >>> floor_divide(asarray([-7, 7]), 2).tolist()
     [-4, 3]
@@ -468,6 +473,7 @@ def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     result = where(logical_or(isnan(a), isnan(b)), np.nan, where(equal(a, b), b, result))
     # the bit manipulation has no derivative; pass x1's through (a straight-through estimator)
     straight = add(a, bind(P.stop_gradient_p, subtract(result, a)))  # exact: result - a is one ulp
+    straight = where(equal(a, b), b, straight)  # exactly x2 (so nextafter(+0, -0) is -0, not 0 + -0)
     return _weak(where(logical_and(isfinite(a), isfinite(result)), straight, result), weak)
 
 

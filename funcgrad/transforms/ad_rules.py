@@ -895,3 +895,207 @@ def _sort_jvp(primals: list[Any], tangents: list[Any], *, dimension: int, num_ke
 
 
 jvp_rules[P.sort_p] = _sort_jvp
+
+# --- linear algebra ----------------------------------------------------------------------------
+# The rules below act on the last two axes and carry any leading batch axes along. Tangents are
+# built from products with known matrices (dot_general), ``solve`` in its right-hand side (linear),
+# triangular and diagonal masks (select) and elementwise scalings by known values, so each is
+# linear in the input tangent and transposes. Derivations: with A = L L^T, A = Q R, A = V diag(w) V^T
+# and A = U diag(s) V^T, differentiate, move the known factors to the other side, and split the
+# result by the structure (triangular, skew-symmetric, diagonal) the unknown differential must have.
+
+
+def _matrix_transpose(x: Any) -> Any:
+    return bind(P.transpose_p, x, permutation=tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2))
+
+
+def _matmul(x: Any, y: Any) -> Any:
+    batch = tuple(range(x.ndim - 2))
+    return bind(P.dot_general_p, x, y, contracting=((x.ndim - 1,), (y.ndim - 2,)), batch=(batch, batch))
+
+
+def _solve(a: Any, b: Any, transpose_a: bool = False) -> Any:
+    return bind(P.solve_p, a, b, transpose_a=transpose_a)
+
+
+def _band_mask(shape: tuple[int, ...], keep: Callable[[Any, Any], Any]) -> Any:
+    """A bool mask of ``shape`` true where ``keep(row, column)`` is (over the last two axes)."""
+    return keep(_iota(shape, len(shape) - 2), _iota(shape, len(shape) - 1))
+
+
+def _masked(x: Any, mask: Any) -> Any:
+    return _select(mask, x, _zeros_of(x))
+
+
+def _strictly_lower(x: Any) -> Any:
+    return _masked(x, _band_mask(x.shape, lambda row, col: bind(P.gt_p, row, col)))
+
+
+def _diagonal_part(x: Any) -> Any:
+    """The matrix with only the diagonal of ``x`` kept."""
+    return _masked(x, _band_mask(x.shape, _eq))
+
+
+def _diagonal_of(x: Any) -> Any:
+    """The diagonal of the square matrices ``x`` (..., n, n) as (..., n)."""
+    return _reduce_sum(_diagonal_part(x), (x.ndim - 1,))
+
+
+def _symmetric_part(x: Any) -> Any:
+    return _mul(_add(x, _matrix_transpose(x)), _const(x, 0.5))
+
+
+def _scale_columns(x: Any, scale: Any) -> Any:
+    """``x * scale[..., None, :]``: column j of each matrix times ``scale[..., j]``."""
+    batch = tuple(range(x.ndim - 2))
+    return _mul(x, bind(P.broadcast_in_dim_p, scale, shape=x.shape, broadcast_dimensions=batch + (x.ndim - 1,)))
+
+
+def _scale_rows(x: Any, scale: Any) -> Any:
+    batch = tuple(range(x.ndim - 2))
+    return _mul(x, bind(P.broadcast_in_dim_p, scale, shape=x.shape, broadcast_dimensions=batch + (x.ndim - 2,)))
+
+
+def _inverse_gaps(values: Any) -> Any:
+    """F[..., i, j] = 1 / (values[j] - values[i]) off the diagonal, 0 where the two are equal
+    (the diagonal, and repeated values, whose eigen/singular vectors are not unique: the part of the
+    tangent that would be infinite is dropped rather than made NaN)."""
+    n, batch = values.shape[-1], tuple(range(values.ndim - 1))
+    shape = tuple(values.shape) + (n,)
+    as_column = bind(P.broadcast_in_dim_p, values, shape=shape, broadcast_dimensions=batch + (values.ndim - 1,))
+    as_row = bind(P.broadcast_in_dim_p, values, shape=shape, broadcast_dimensions=batch + (values.ndim,))
+    gaps = _sub(as_row, as_column)
+    same = _eq(gaps, _const(gaps, 0.0))
+    safe = _select(same, bind(P.broadcast_in_dim_p, _const(gaps, 1.0), shape=shape, broadcast_dimensions=()), gaps)
+    return _select(same, _zeros_of(gaps), _div(_const(gaps, 1.0), safe))
+
+
+def _cholesky_jvp(primals: list[Any], tangents: list[Any]) -> tuple[Any, Any]:
+    """A = L L^T gives L^{-1} dA L^{-T} = L^{-1} dL + (L^{-1} dL)^T with L^{-1} dL lower triangular:
+    dL = L Phi(L^{-1} dA L^{-T}), Phi keeping the strictly lower part and half the diagonal."""
+    (a,), (t,) = primals, tangents
+    lower = bind(P.cholesky_p, a)
+    if t is None:
+        return lower, None
+    half_solved = _solve(lower, _symmetric_part(t))  # L^{-1} dA
+    middle = _solve(lower, _matrix_transpose(half_solved))  # L^{-1} (L^{-1} dA)^T = L^{-1} dA L^{-T}
+    phi = _add(_strictly_lower(middle), _mul(_diagonal_part(middle), _const(middle, 0.5)))
+    return lower, _matmul(lower, phi)
+
+
+def _solve_jvp(primals: list[Any], tangents: list[Any], *, transpose_a: bool) -> tuple[Any, Any]:
+    """X = op(A)^{-1} B: dX = op(A)^{-1} (dB - op(dA) X)."""
+    (a, b), (ta, tb) = primals, tangents
+    x = _solve(a, b, transpose_a)
+    rhs = [] if tb is None else [tb]
+    if ta is not None:
+        rhs.append(_neg(_matmul(_matrix_transpose(ta) if transpose_a else ta, x)))
+    if not rhs:
+        return x, None
+    return x, _solve(a, _sum_terms(rhs, x.shape), transpose_a)
+
+
+def _solve_transpose(ct: Any, a: Any, b: Any, *, transpose_a: bool) -> list[Any]:
+    if is_undefined(a):
+        raise NotImplementedError("solve is linear only in its right-hand side b, not in the matrix a")
+    return [None, _solve(a, ct, not transpose_a)]
+
+
+def _slogdet_jvp(primals: list[Any], tangents: list[Any]) -> tuple[Any, Any]:
+    """d log|det A| = trace(A^{-1} dA); the sign is piecewise constant."""
+    (a,), (t,) = primals, tangents
+    sign, logabsdet = bind(P.slogdet_p, a)
+    if t is None:
+        return [sign, logabsdet], [None, None]
+    trace = _reduce_sum(_diagonal_part(_solve(a, t)), (a.ndim - 2, a.ndim - 1))
+    return [sign, logabsdet], [None, trace]
+
+
+def _eigh_jvp(primals: list[Any], tangents: list[Any]) -> tuple[Any, Any]:
+    """A = V diag(w) V^T: with P = V^T dA V, dw = diag(P) and dV = V (F o P), F = 1 / (w_j - w_i)."""
+    (a,), (t,) = primals, tangents
+    w, v = bind(P.eigh_p, a)
+    if t is None:
+        return [w, v], [None, None]
+    projected = _matmul(_matmul(_matrix_transpose(v), _symmetric_part(t)), v)
+    return [w, v], [_diagonal_of(projected), _matmul(v, _mul(_inverse_gaps(w), projected))]
+
+
+def _slice_columns(x: Any, start: int, stop: int) -> Any:
+    return bind(P.slice_p, x, start=(0,) * (x.ndim - 1) + (start,), limit=tuple(x.shape[:-1]) + (stop,),
+                strides=(1,) * x.ndim)
+
+
+def _qr_tangents(q: Any, r: Any, t: Any) -> tuple[Any, Any]:
+    """A = Q R with A (m, n), m >= n, R (n, n) invertible: C = Q^T dA R^{-1} = Q^T dQ + dR R^{-1},
+    Q^T dQ skew-symmetric and dR R^{-1} upper triangular, so Omega = Q^T dQ is the strictly lower
+    part of C minus its transpose; dR = (C - Omega) R and dQ = Q Omega + dA R^{-1} - Q C."""
+    t_rinv = _matrix_transpose(_solve(r, _matrix_transpose(t), transpose_a=True))  # dA R^{-1}
+    c = _matmul(_matrix_transpose(q), t_rinv)
+    lower = _strictly_lower(c)
+    omega = _sub(lower, _matrix_transpose(lower))
+    dq = _add(_matmul(q, _sub(omega, c)), t_rinv)
+    return dq, _matmul(_sub(c, omega), r)
+
+
+def _qr_jvp(primals: list[Any], tangents: list[Any], *, full_matrices: bool) -> tuple[Any, Any]:
+    """m >= n: ``_qr_tangents``. m < n: A = Q [R1 R2] with the square part A1 = Q R1 as above and
+    dR2 = Q^T (dA2 - dQ R2)."""
+    (a,), (t,) = primals, tangents
+    q, r = bind(P.qr_p, a, full_matrices=full_matrices)
+    if t is None:
+        return [q, r], [None, None]
+    m, n = a.shape[-2:]
+    if full_matrices and m > n:
+        raise NotImplementedError(f"the derivative of qr with full_matrices=True (mode='complete') is not "
+                                  f"defined for a tall matrix ({m}x{n}: its extra columns of Q are not unique); "
+                                  "use mode='reduced'")
+    if m >= n:
+        dq, dr = _qr_tangents(q, r, t)
+        return [q, r], [dq, dr]
+    square_r, rest_r = _slice_columns(r, 0, m), _slice_columns(r, m, n)
+    dq, square_dr = _qr_tangents(q, square_r, _slice_columns(t, 0, m))
+    rest_dr = _matmul(_matrix_transpose(q), _sub(_slice_columns(t, m, n), _matmul(dq, rest_r)))
+    return [q, r], [dq, bind(P.concatenate_p, square_dr, rest_dr, axis=r.ndim - 1)]
+
+
+def _svd_jvp(primals: list[Any], tangents: list[Any], *, full_matrices: bool,
+             compute_uv: bool) -> tuple[Any, Any]:
+    """A = U diag(s) V^T (reduced, k = min(m, n)). With P = U^T dA V: ds = diag(P),
+    dU = U (F o (P S + S P^T)) + (I - U U^T) dA V S^{-1},
+    dV = V (F o (S P + P^T S)) + (I - V V^T) dA^T U S^{-1}, F = 1 / (s_j^2 - s_i^2)."""
+    (a,), (t,) = primals, tangents
+    m, n = a.shape[-2:]
+    if compute_uv and full_matrices and m != n:
+        raise NotImplementedError(f"the derivative of svd with full_matrices=True is not defined for a "
+                                  f"{m}x{n} matrix (its extra singular vectors are not unique); "
+                                  "use full_matrices=False")
+    u, s, vh = bind(P.svd_p, a, full_matrices=False, compute_uv=True)
+    outs = [u, s, vh] if compute_uv else [s]
+    if t is None:
+        return outs, [None] * len(outs)
+    v = _matrix_transpose(vh)
+    projected = _matmul(_matmul(_matrix_transpose(u), t), v)
+    ds = _diagonal_of(projected)
+    if not compute_uv:
+        return outs, [ds]
+    gaps = _inverse_gaps(_mul(s, s))
+    p_s, s_p = _scale_columns(projected, s), _scale_rows(projected, s)
+    du = _matmul(u, _mul(gaps, _add(p_s, _matrix_transpose(p_s))))
+    dv = _matmul(v, _mul(gaps, _add(s_p, _matrix_transpose(s_p))))
+    inverse_s = _div(_const(s, 1.0), s)
+    if m > n:  # the part of dA V outside U's columns
+        du = _add(du, _scale_columns(_sub(_matmul(t, v), _matmul(u, projected)), inverse_s))
+    if n > m:
+        dv = _add(dv, _scale_columns(_sub(_matmul(_matrix_transpose(t), u),
+                                          _matmul(v, _matrix_transpose(projected))), inverse_s))
+    return outs, [du, ds, _matrix_transpose(dv)]
+
+
+jvp_rules[P.cholesky_p] = _cholesky_jvp
+jvp_rules[P.solve_p] = _solve_jvp
+transpose_rules[P.solve_p] = _solve_transpose
+jvp_rules[P.slogdet_p] = _slogdet_jvp
+jvp_rules[P.eigh_p] = _eigh_jvp
+jvp_rules[P.qr_p] = _qr_jvp
+jvp_rules[P.svd_p] = _svd_jvp

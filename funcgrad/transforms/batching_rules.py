@@ -383,3 +383,21 @@ batch_rules[P.dynamic_slice_p] = _dynamic_slice_batch
 batch_rules[P.dynamic_update_slice_p] = _dynamic_update_slice_batch
 batch_rules[P.gather_p] = _gather_batch
 batch_rules[P.scatter_p] = _scatter_batch
+
+# --- linear algebra ----------------------------------------------------------------------------
+
+
+def _matrix_batch(primitive: P.Primitive) -> Callable[..., tuple[Any, Any]]:
+    """The linear-algebra primitives map over leading axes already: the batch axis goes to the front
+    of every operand (unbatched ones are broadcast, since ``solve`` wants equal batch shapes)."""
+    def rule(args: list[Any], dims: list[Dim], *, axis_size: int, **params: Any) -> tuple[Any, Any]:
+        operands = [broadcast_batched(x, d, axis_size) for x, d in zip(args, dims)]
+        out = bind(primitive, *operands, **params)
+        if primitive.multiple_results:
+            return list(out), [0] * len(out)
+        return out, 0
+    return rule
+
+
+for _primitive in (P.cholesky_p, P.solve_p, P.slogdet_p, P.eigh_p, P.qr_p, P.svd_p):
+    batch_rules[_primitive] = _matrix_batch(_primitive)

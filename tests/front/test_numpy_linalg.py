@@ -234,15 +234,22 @@ def test_matrix_norm_and_norm(rng, ord):
     assert_close(fnp.norm(x[0], ord).numpy(), np.linalg.norm(x[0].astype(np.float64), ord), **TOL)
 
 
+def test_tensordot_takes_axes_by_position(rng):
+    a, b = _normal(rng, 2, 3, 4), _normal(rng, 3, 4, 5)
+    assert_close(fnp.tensordot(a, b, 2).numpy(), np.tensordot(*_f64(a, b), 2), **TOL)
+    assert_close(fnp.linalg.tensordot(a, b, ([1], [0])).numpy(), np.tensordot(*_f64(a, b), ([1], [0])), **TOL)
+
+
 def test_norm_defaults_and_errors(rng):
     x = _normal(rng, 2, 3, 4)
     assert_close(fnp.norm(x).numpy(), np.linalg.norm(x.astype(np.float64)), **TOL)
     assert_close(fnp.norm(x, axis=1).numpy(), np.linalg.norm(x.astype(np.float64), axis=1), **TOL)
     assert fnp.norm(np.arange(3)).dtype == np.float32
-    with pytest.raises(NotImplementedError, match="needs singular values.*use ord='fro'"):
-        fnp.matrix_norm(x, ord=2)
-    with pytest.raises(NotImplementedError, match="SVD"):
-        fnp.norm(x[0], "nuc")
+    x64 = x.astype(np.float64)
+    for ord_ in (2, -2, "nuc"):  # through the singular values (the svd primitive)
+        assert_close(fnp.matrix_norm(x, ord=ord_).numpy(), np.linalg.norm(x64, ord_, axis=(-2, -1)), **TOL)
+    assert_close(fnp.norm(x, "nuc", axis=(2, 0), keepdims=True).numpy(),
+                 np.linalg.norm(x64, "nuc", axis=(2, 0), keepdims=True), **TOL)
     with pytest.raises(ValueError, match="1-d or 2-d array"):
         fnp.norm(x, 1)
     with pytest.raises(ValueError, match="ord must be a number"):

@@ -64,6 +64,12 @@ SAMPLES.update({
     "sort": ((f32, i32), {"dimension": 1, "num_keys": 1, "descending": False}),
     "threefry2x32": ((np.uint32(1), np.uint32(2), u32, u32), {}),
 })
+_square = np.array([[2.0, 0.5, -0.25], [0.5, 3.0, 0.0], [-0.25, 0.0, 1.5]], np.float32)
+SAMPLES.update({
+    "cholesky": ((_square,), {}), "solve": ((_square, f32.T.copy()), {"transpose_a": True}),
+    "slogdet": ((np.stack([_square, -_square]),), {}), "eigh": ((_square,), {}),
+    "qr": ((f32,), {"full_matrices": False}), "svd": ((f32.T.copy(),), {"full_matrices": True, "compute_uv": True}),
+})
 
 
 def _sub_ir(fn, *avals):

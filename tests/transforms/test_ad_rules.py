@@ -30,8 +30,10 @@ from funcgrad.transforms.transpose import transpose_rules
 FIRST_ORDER = sorted(p.name for p in vars(P).values() if isinstance(p, P.Primitive) and p.name != "jit")
 LINEAR = ["add", "sub", "neg", "mul", "div", "convert_element_type", "reduce_sum", "reshape",
           "broadcast_in_dim", "transpose", "pad", "slice", "flip", "concatenate", "select", "dynamic_slice",
-          "dynamic_update_slice", "gather", "scatter", "cumsum", "dot_general", "conv_general_dilated"]
-NOT_LINEAR = ["reduce_prod", "reduce_max", "reduce_min", "cumprod", "cummax", "cummin", "sort", "exp", "pow"]
+          "dynamic_update_slice", "gather", "scatter", "cumsum", "dot_general", "conv_general_dilated",
+          "solve"]
+NOT_LINEAR = ["cholesky", "slogdet", "eigh", "qr", "svd",
+              "reduce_prod", "reduce_max", "reduce_min", "cumprod", "cummax", "cummin", "sort", "exp", "pow"]
 
 
 class Const:
@@ -264,6 +266,31 @@ CASES["scatter_mul_zero_update"] = ("scatter", [_uniform(-2, 2, (3, 2)), _SCATTE
 _TWO_AXIS_INDICES = _i32([[0, 3], [2, 1], [0, 3], [-1, 0]])
 CASES["scatter_set_two_axes"] = ("scatter", [_uniform(-2, 2, (3, 2, 4)), _TWO_AXIS_INDICES,
                                              _uniform(-2, 2, (4, 2))], {"axes": (0, 2), "mode": "set"})
+
+def _well_conditioned(shape: tuple[int, ...]) -> np.ndarray:
+    """Random matrices plus a multiple of the identity: far from singular, distinct singular values."""
+    return _uniform(-1, 1, shape) + 3 * np.eye(shape[-1])
+
+
+def _symmetric_positive_definite(shape: tuple[int, ...]) -> np.ndarray:
+    a = _uniform(-1, 1, shape)
+    return a @ np.swapaxes(a, -1, -2) + np.diag(np.arange(1.0, shape[-1] + 1)) + np.eye(shape[-1])
+
+
+CASES.update({  # linear algebra (host steps): matrices in the last two axes, batch axes carried along
+    "cholesky": ("cholesky", [_symmetric_positive_definite((2, 3, 3))], {}),
+    "solve": ("solve", [_well_conditioned((3, 3)), _uniform(-2, 2, (3, 2))], {"transpose_a": False}),
+    "solve_transposed": ("solve", [_well_conditioned((2, 3, 3)), _uniform(-2, 2, (2, 3, 1))],
+                         {"transpose_a": True}),
+    "slogdet": ("slogdet", [_well_conditioned((2, 3, 3))], {}),
+    "eigh": ("eigh", [_symmetric_positive_definite((3, 3))], {}),
+    "qr_tall": ("qr", [_uniform(-2, 2, (4, 3))], {"full_matrices": False}),
+    "qr_wide": ("qr", [_uniform(-2, 2, (2, 3, 4))], {"full_matrices": False}),
+    "qr_square_complete": ("qr", [_well_conditioned((3, 3))], {"full_matrices": True}),
+    "svd_tall": ("svd", [_uniform(-2, 2, (4, 3))], {"full_matrices": False, "compute_uv": True}),
+    "svd_wide": ("svd", [_uniform(-2, 2, (3, 4))], {"full_matrices": False, "compute_uv": True}),
+    "svd_values": ("svd", [_uniform(-2, 2, (2, 4, 3))], {"full_matrices": False, "compute_uv": False}),
+})
 
 # second derivatives at zero updates of scatter mul are not exact (see ad_rules); first order is
 SECOND_ORDER_CASES = sorted(set(CASES) - {"scatter_mul_zero_update"})

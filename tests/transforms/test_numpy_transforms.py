@@ -496,6 +496,7 @@ SKIPPED: dict[str, str] = {
                     "bitwise"),
     # value-dependent: output shape depends on the values (integer outputs too)
     **dict.fromkeys(["nonzero", "argwhere", "flatnonzero"], "value-dependent"),
+    "can_cast": "metadata",  # dtypes in, a bool out
 }
 
 
