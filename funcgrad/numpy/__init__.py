@@ -10,8 +10,8 @@ same eagerly (lazily evaluated) and inside traces, and is built on the primitive
 """
 
 from funcgrad.ir.dtypes import (
-    bfloat16, bool_, finfo, float16, float32, float64, iinfo, int8, int16, int32, int64, uint8, uint16,
-    uint32, uint64,
+    bfloat16, bool_, complex64, complex128, finfo, float16, float32, float64, iinfo, int8, int16, int32, int64,
+    uint8, uint16, uint32, uint64,
 )
 from funcgrad.ir.dtypes import bool_ as bool  # noqa: A001 - the Array API name
 from funcgrad.numpy.conversion import (

@@ -46,7 +46,7 @@ def full(shape: Shape, fill_value: ArrayLike, *, dtype: Any = None, device: str 
     [7, 7]
     """
     shape = _shape(shape)
-    if isinstance(fill_value, (bool, int, float)) and not isinstance(fill_value, np.generic):
+    if isinstance(fill_value, (bool, int, float, complex)) and not isinstance(fill_value, np.generic):
         target = dtypes.python_scalar_dtype(fill_value) if dtype is None else dtypes.canonicalize(dtype)
         out = broadcast_to(_to_numpy_scalar(fill_value, target), shape)
         out._weak = dtype is None and not isinstance(fill_value, bool)

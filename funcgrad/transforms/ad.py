@@ -192,25 +192,31 @@ def _check_argnums(argnums: int | Sequence[int], num_args: int, label: str) -> t
     return tuple(n % num_args for n in nums)
 
 
-def _check_float_inputs(args: Sequence[Any], argnums: Sequence[int], label: str) -> None:
+def _check_float_inputs(args: Sequence[Any], argnums: Sequence[int], label: str,
+                        holomorphic: bool = False) -> None:
     for n in argnums:
         for leaf in tree.leaves(args[n]):
             aval, _ = leaf_aval(leaf, f"argument {n}")
-            if not dtypes.is_float(aval.dtype):
+            if holomorphic and not dtypes.is_complex(aval.dtype):
+                raise TypeError(f"{label} with holomorphic=True requires complex inputs, but argument {n} has a "
+                                f"leaf of dtype {aval.dtype.name}. Cast it with .astype(complex64).")
+            if not dtypes.is_inexact(aval.dtype):
                 raise TypeError(f"{label} requires real-valued (floating-point) inputs, but argument {n} has a "
                                 f"leaf of dtype {aval.dtype.name}. Differentiate only floating-point arguments "
                                 "(argnums=...), or cast with .astype(float32).")
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
-                   has_aux: bool = False) -> Callable[..., Any]:
+                   has_aux: bool = False, holomorphic: bool = False) -> Callable[..., Any]:
     """A function returning ``(fn(*args), gradient)``; with ``has_aux`` ``((value, aux), gradient)``.
-    The gradient has the structure of the ``argnums`` argument(s)."""
+    The gradient has the structure of the ``argnums`` argument(s). ``fn`` must return a real scalar,
+    or with ``holomorphic=True`` a complex one (of complex inputs: the gradient is f'(z)). For a real
+    function of complex inputs the gradient is JAX's: the conjugate of d f/d re + i d f/d im."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         nums = _check_argnums(argnums, len(args), "grad")
-        _check_float_inputs(args, nums, "grad")
+        _check_float_inputs(args, nums, "grad", holomorphic)
 
         def partial(*diff_args: Any) -> Any:
             full = list(args)
@@ -220,11 +226,17 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
         result = vjp(partial, *(args[n] for n in nums), has_aux=has_aux)
         value, pullback = result[0], result[1]
-        if not isinstance(value, Tensor) or value.shape != () or not dtypes.is_float(value.dtype):
+        wanted = dtypes.is_complex if holomorphic else dtypes.is_float
+        if not isinstance(value, Tensor) or value.shape != () or not wanted(value.dtype):
             described = (f"shape {value.shape} and dtype {value.dtype.name}" if isinstance(value, Tensor)
                          else type(value).__name__)
+            if holomorphic:
+                raise TypeError(f"grad with holomorphic=True requires a function returning a complex scalar, "
+                                f"got {described}")
+            hint = ("; for holomorphic differentiation pass holomorphic=True"
+                    if isinstance(value, Tensor) and dtypes.is_complex(value.dtype) else "")
             raise TypeError(f"grad requires a function returning a real scalar, got {described}; "
-                            "use jacrev or vjp for other outputs")
+                            f"use jacrev or vjp for other outputs{hint}")
         grads = pullback(np.ones((), value.dtype)[()])
         grads = grads[0] if isinstance(argnums, int) else grads
         return ((value, result[2]), grads) if has_aux else (value, grads)
@@ -232,12 +244,13 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
     return wrapper
 
 
-def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
+def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False) -> Callable[..., Any]:
     """The gradient of a scalar function with respect to argument(s) ``argnums``.
 
     >>> grad(lambda x: (x ** 2).sum())(fnp.arange(3.0)).tolist()   # [0.0, 2.0, 4.0]
     """
-    value_and_grad_fn = value_and_grad(fn, argnums, has_aux)
+    value_and_grad_fn = value_and_grad(fn, argnums, has_aux, holomorphic)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
