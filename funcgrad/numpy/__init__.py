@@ -24,6 +24,7 @@ from funcgrad.numpy.linalg import *  # noqa: F403
 from funcgrad.numpy.manipulation import *  # noqa: F403
 from funcgrad.numpy.reductions import *  # noqa: F403
 from funcgrad.numpy.searching import *  # noqa: F403
+from funcgrad.numpy import fft  # noqa: E402 - the fft extension, as fnp.fft.fft
 from funcgrad.core.tensor import Array, Tensor
 
 array = asarray

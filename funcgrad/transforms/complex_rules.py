@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad.core.tensor import bind
+from funcgrad.core.tensor import Tensor, bind
 from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.transforms.batching import batch_rules, move_to_front
@@ -132,7 +132,7 @@ def _irfft_transpose(ct: Any, fft_lengths: tuple[int, ...]) -> Any:
     if n % 2 == 0:
         weights[-1] = 1.0
     weights = (weights / math.prod(fft_lengths)).astype(spectrum.dtype)
-    scale = bind(P.broadcast_in_dim_p, weights, shape=tuple(spectrum.shape),
+    scale = bind(P.broadcast_in_dim_p, Tensor(weights, dtype=weights.dtype), shape=tuple(spectrum.shape),
                  broadcast_dimensions=(spectrum.ndim - 1,)) if m > 1 else weights[0]
     return bind(P.conj_p, bind(P.mul_p, spectrum, scale))
 
