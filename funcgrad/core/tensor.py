@@ -316,6 +316,9 @@ class Tensor(_Methods):
     def __float__(self) -> float:
         return float(self._concrete("float()").item())
 
+    def __complex__(self) -> complex:
+        return complex(self._concrete("complex()").item())
+
     def __index__(self) -> int:
         if not dtypes.is_int(self.dtype) or self.size != 1:
             raise TypeError(f"only integer scalar arrays can be used as an index, got {self.aval}")
