@@ -401,7 +401,8 @@ def _matrix_norm(x: Tensor, rows: int, cols: int, ord: Any, keepdims: bool) -> T
             "use ord='fro' (an upper bound on the 2-norm), ord=1 or ord=inf, or estimate the largest "
             "singular value by power iteration with matmul")
     if ord == "fro":
-        out = _root(sum_(multiply(x, x), axis=(rows, cols), keepdims=True), 2.0)
+        magnitude = abs_(x) if dtypes.is_complex(x.dtype) else x
+        out = _root(sum_(multiply(magnitude, magnitude), axis=(rows, cols), keepdims=True), 2.0)
     elif ord in (1, -1, math.inf, -math.inf):
         summed_axis, extremum_axis = (rows, cols) if ord in (1, -1) else (cols, rows)
         totals = sum_(abs_(x), axis=summed_axis, keepdims=True)

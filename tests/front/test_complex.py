@@ -150,6 +150,7 @@ def test_reductions_and_products():
     close(fnp.vecdot(Z, W), np.sum(np.conj(z) * W, axis=-1), rtol=1e-4)  # conjugates the first
     close(fnp.vdot(Z, W), np.vdot(z, W), rtol=1e-4)
     close(fnp.linalg.vector_norm(Z), np.linalg.norm(z), rtol=1e-5)
+    close(fnp.linalg.matrix_norm(Z), np.linalg.norm(z), rtol=1e-5)
     close(fg.jit(lambda a, b: fnp.sum(a @ b))(Z, W.T), np.sum(z @ W.T), rtol=1e-4)
 
 
