@@ -513,7 +513,7 @@ def _bitwise(primitive: P.Primitive, name: str, doc: str,
              allow_bool: bool = True) -> Callable[[ArrayLike, ArrayLike], Tensor]:
     def fn(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
         dtype = result_type(x1, x2)
-        if dtypes.is_float(dtype):
+        if dtypes.is_inexact(dtype):
             raise TypeError(f"{name} needs integer or bool arrays, got {dtype.name}")
         if dtypes.is_bool(dtype) and not allow_bool:  # shifts count bools as int32, as JAX does
             x1, x2 = astype(x1, dtypes.default_int), astype(x2, dtypes.default_int)
@@ -536,7 +536,7 @@ left_shift, right_shift = bitwise_left_shift, bitwise_right_shift
 def bitwise_invert(x: ArrayLike, /) -> Tensor:
     """~x: bitwise not for integers, logical not for bools."""
     x = asarray(x)
-    if dtypes.is_float(x.dtype):
+    if dtypes.is_inexact(x.dtype):
         raise TypeError(f"bitwise_invert needs integer or bool arrays, got {x.dtype.name}")
     return apply_elementwise(P.not_p, x)
 
