@@ -134,6 +134,8 @@ def round(x: ArrayLike, /, decimals: int = 0) -> Tensor:  # noqa: A001 - the Arr
     [0.0, 2.0, 2.0]
     """
     x = asarray(x)
+    if dtypes.is_complex(x.dtype):  # the parts are rounded separately, as NumPy and JAX
+        return complex_from_parts(round(real(x), decimals), round(imag(x), decimals))
     if not dtypes.is_float(x.dtype):
         if decimals < 0:
             raise NotImplementedError("round of integers with decimals < 0 is not implemented (nor in JAX)")
@@ -605,6 +607,8 @@ def nan_to_num(x: ArrayLike, nan: float = 0.0, posinf: float | None = None,
                neginf: float | None = None) -> Tensor:
     """Replace NaN by ``nan`` and +-inf by ``posinf``/``neginf`` (default: the dtype's extremes)."""
     x = asarray(x)
+    if dtypes.is_complex(x.dtype):  # each part separately, as NumPy and JAX
+        return complex_from_parts(nan_to_num(real(x), nan, posinf, neginf), nan_to_num(imag(x), nan, posinf, neginf))
     if not dtypes.is_float(x.dtype):
         return x
     info = dtypes.finfo(x.dtype)
