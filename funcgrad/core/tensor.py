@@ -373,7 +373,7 @@ def as_tensor(value: Any) -> Tensor:
         return Tensor(value, dtype=value.dtype)
     if isinstance(value, (bool, int, float, complex)):
         dtype = dtypes.python_scalar_dtype(value)
-        if dtypes.is_int(dtype) and not isinstance(value, bool):
+        if dtypes.is_int(dtype) and isinstance(value, int) and not isinstance(value, bool):
             info = np.iinfo(dtype)
             if not info.min <= value <= info.max:
                 raise OverflowError(f"Python int {value} does not fit in {dtype.name} "

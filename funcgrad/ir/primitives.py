@@ -988,6 +988,7 @@ def _fft_rule(x: ShapedArray, *, fft_type: str, fft_lengths: tuple[int, ...]) ->
 def _fft_impl(x: np.ndarray, *, fft_type: str, fft_lengths: tuple[int, ...]) -> np.ndarray:
     x = np.asarray(x)
     axes = tuple(range(x.ndim - len(fft_lengths), x.ndim))
+    out: np.ndarray
     if fft_type == "fft":
         out, dtype = np.fft.fftn(x, axes=axes), x.dtype
     elif fft_type == "ifft":

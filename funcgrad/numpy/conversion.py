@@ -68,7 +68,7 @@ def _flat_items(obj: Any) -> list[Any]:
     return items
 
 
-def scalar_tensor(value: bool | int | float, dtype: np.dtype | None = None) -> Tensor:
+def scalar_tensor(value: bool | int | float | complex, dtype: np.dtype | None = None) -> Tensor:
     """A rank-0 Tensor for a Python scalar; weakly typed unless ``dtype`` is given or it is a bool."""
     dtype = dtypes.python_scalar_dtype(value) if dtype is None else dtype
     tensor = Tensor._wrap(Tensor(_to_numpy_scalar(value, dtype))._data)

@@ -77,7 +77,7 @@ def _resize(x: Tensor, axis: int, size: int) -> Tensor:
     return x
 
 
-def _axes_and_sizes(x: Tensor, s: Sequence[int] | None, axes: Sequence[int] | None, name: str,
+def _axes_and_sizes(x: Tensor, s: Sequence[int] | None, axes: Any, name: str,
                     default_last: int | None = None) -> tuple[list[int], list[int]]:
     """Normalised axes and the transform length along each; ``default_last`` overrides the default
     length of the last axis (irfft's 2 (m - 1))."""
