@@ -261,3 +261,17 @@ def test_complex_equations_are_host_steps_and_print():
     from funcgrad.lower.schedule import HostStep, schedule
     steps = schedule(ir)
     assert any(isinstance(step, HostStep) and step.eqn.primitive.name == "mul" for step in steps)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.complex_numbers(min_magnitude=0.2, max_magnitude=2, allow_nan=False, allow_infinity=False))
+def test_grad_convention_property(z):
+    """For random z: grad of a real function is df/dx - i df/dy (finite differences), and the
+    holomorphic gradient is the complex derivative."""
+    z = complex(np.complex64(z))
+    fn64 = lambda v: abs(np.sin(v) + v * v) ** 2  # noqa: E731
+    want = _fd_grad(fn64, z)
+    got = fg.grad(lambda v: fnp.abs(fnp.sin(v) + v * v) ** 2)(np.complex64(z))
+    close(got, want, rtol=2e-3, atol=2e-3)
+    holo = fg.grad(lambda v: fnp.sin(v) + v * v, holomorphic=True)(np.complex64(z))
+    close(holo, np.cos(z) + 2 * z, rtol=1e-4, atol=1e-4)
