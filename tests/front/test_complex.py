@@ -166,6 +166,12 @@ def test_casts_and_creation():
     assert fnp.astype(fnp.asarray([2.7 - 1j]), fnp.int32).tolist() == [2]
     assert fnp.astype(fnp.asarray([0j, 1j]), fnp.bool_).tolist() == [False, True]
     assert complex(fnp.asarray(1 + 2j).item()) == 1 + 2j
+    assert complex(fnp.asarray(1 + 2j)) == 1 + 2j
+    t = fnp.asarray(Z)
+    close(t.real, Z.real)
+    close(t.imag, Z.imag)
+    close(t.conj(), np.conj(Z))
+    assert fnp.asarray([1.5]).real.tolist() == [1.5] and fnp.asarray([1.5]).imag.tolist() == [0.0]
 
 
 def test_indexing_and_movement_of_complex_arrays():
