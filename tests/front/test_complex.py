@@ -281,3 +281,12 @@ def test_grad_convention_property(z):
     close(got, want, rtol=2e-3, atol=2e-3)
     holo = fg.grad(lambda v: fnp.sin(v) + v * v, holomorphic=True)(np.complex64(z))
     close(holo, np.cos(z) + 2 * z, rtol=1e-4, atol=1e-4)
+
+
+def test_linspace_round_and_nan_to_num_of_complex():
+    close(fnp.linspace(0, 1 + 1j, 5), np.linspace(0, 1 + 1j, 5))
+    close(fnp.linspace(1j, 2, 4, endpoint=False, dtype="complex128"), np.linspace(1j, 2, 4, endpoint=False))
+    assert fnp.linspace(0, 1, 3, dtype=fnp.complex64).dtype == dtypes.complex64
+    close(fnp.round(fnp.asarray([1.6 + 2.5j, -0.5 - 1.5j])), np.round(np.array([1.6 + 2.5j, -0.5 - 1.5j])))
+    z = np.array([complex(np.nan, np.inf), complex(-np.inf, 1)], np.complex64)
+    close(fnp.nan_to_num(z), np.nan_to_num(z), rtol=1e-6)
