@@ -290,3 +290,17 @@ def test_linspace_round_and_nan_to_num_of_complex():
     close(fnp.round(fnp.asarray([1.6 + 2.5j, -0.5 - 1.5j])), np.round(np.array([1.6 + 2.5j, -0.5 - 1.5j])))
     z = np.array([complex(np.nan, np.inf), complex(-np.inf, 1)], np.complex64)
     close(fnp.nan_to_num(z), np.nan_to_num(z), rtol=1e-6)
+
+
+def test_complex_runs_on_every_available_device():
+    """Complex equations and fft are host steps, so every device runs them; the real kernels around
+    them run on the device."""
+    from funcgrad.devices import available_devices
+    z64, x64 = np.array([1 + 2j, 3j], np.complex128), np.array([1.0, 2.0])
+    want = np.abs(np.exp(z64) * 2 + x64) + np.sin(x64)
+    for device in available_devices():
+        z = fg.Tensor(z64.astype(np.complex64), device=device)
+        x = fg.Tensor(x64.astype(np.float32), device=device)
+        close(fnp.abs(fnp.exp(z) * 2 + x) + fnp.sin(x), want, rtol=1e-5)
+        close(fg.jit(lambda a, b: fnp.real(fnp.fft.fft(a * b)) * b)(z, x), np.real(np.fft.fft(z64 * x64)) * x64)
+        close(fg.grad(lambda a: fnp.sum(fnp.abs(a) ** 2))(z), 2 * np.conj(z64))
