@@ -215,7 +215,24 @@ exp_p = _unary("exp", _compute_in_f32(np.exp), "fc", cost="transcendental")
 log_p = _unary("log", _compute_in_f32(np.log), "fc", cost="transcendental")
 exp2_p = _unary("exp2", _compute_in_f32(np.exp2), "f", cost="transcendental")
 log2_p = _unary("log2", _compute_in_f32(np.log2), "f", cost="transcendental")
-expm1_p = _unary("expm1", _compute_in_f32(np.expm1), "fc", cost="transcendental")
+def _expm1(x: np.ndarray) -> np.ndarray:
+    """NumPy's expm1; for complex x, exp(x) - 1 written as (expm1(a) cos b - 2 sin^2(b/2)) + i e^a sin b
+    with C99's special values (NumPy's complex expm1 gives inf + nan j for inf + 0j)."""
+    x = np.asarray(x)
+    if not dtypes.is_complex(x.dtype):
+        return np.asarray(np.expm1(x))
+    a, b = x.real, x.imag
+    with np.errstate(all="ignore"):
+        re = np.expm1(a) * np.cos(b) - 2 * np.sin(b / 2) ** 2
+        im = np.where(b == 0, b, np.exp(a) * np.sin(b))
+        unbounded_b = ~np.isfinite(b)
+        re = np.where(a == -np.inf, -1.0, np.where((a == np.inf) & unbounded_b, np.inf, re))
+        im = np.where((a == -np.inf) & unbounded_b, 0.0, np.where((a == np.inf) & unbounded_b, np.nan, im))
+        re = np.where((a == 0) & (b == 0), 0.0, re)
+    return _complex_impl(re.astype(a.dtype), im.astype(a.dtype))
+
+
+expm1_p = _unary("expm1", _compute_in_f32(_expm1), "fc", cost="transcendental")
 log1p_p = _unary("log1p", _compute_in_f32(np.log1p), "fc", cost="transcendental")
 sin_p = _unary("sin", _compute_in_f32(np.sin), "fc", cost="transcendental")
 cos_p = _unary("cos", _compute_in_f32(np.cos), "fc", cost="transcendental")

@@ -304,3 +304,16 @@ def test_complex_runs_on_every_available_device():
         close(fnp.abs(fnp.exp(z) * 2 + x) + fnp.sin(x), want, rtol=1e-5)
         close(fg.jit(lambda a, b: fnp.real(fnp.fft.fft(a * b)) * b)(z, x), np.real(np.fft.fft(z64 * x64)) * x64)
         close(fg.grad(lambda a: fnp.sum(fnp.abs(a) ** 2))(z), 2 * np.conj(z64))
+
+
+def test_expm1_special_values_follow_c99():
+    inf, nan = np.inf, np.nan
+    z = np.array([0j, complex(inf, 0), complex(-inf, inf), complex(inf, inf), complex(-inf, nan),
+                  complex(inf, nan), complex(nan, 0), complex(-inf, 2.0)], np.complex64)
+    want = [0j, complex(inf, 0), complex(-1, 0), complex(inf, nan), complex(-1, 0), complex(inf, nan),
+            complex(nan, 0), complex(-1, 0)]
+    got = fnp.expm1(z).tolist()
+    for g, w in zip(got, want):
+        for part_g, part_w in ((g.real, w.real), (g.imag, w.imag)):
+            assert (np.isnan(part_g) and np.isnan(part_w)) or part_g == part_w, (got, want)
+    close(fnp.expm1(Z), np.expm1(Z.astype(np.complex128)), rtol=1e-5, atol=1e-6)
