@@ -297,14 +297,28 @@ def _split_basis(leaves: Sequence[Tensor], dtype: np.dtype) -> list[Tensor]:
     return pieces
 
 
-def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: bool) -> Callable[..., Any]:
+def _check_complex_use(label: str, what: str, leaves: Sequence[Any], holomorphic: bool) -> None:
+    """JAX's rule: jacfwd's inputs and jacrev's outputs are real unless ``holomorphic`` (then complex)."""
+    for leaf in leaves:
+        dtype = leaf_aval(leaf)[0].dtype
+        if holomorphic and not dtypes.is_complex(dtype):
+            raise TypeError(f"{label} with holomorphic=True requires complex {what}, got {dtype.name}")
+        if not holomorphic and dtypes.is_complex(dtype):
+            raise TypeError(f"{label} requires real-valued {what} (a floating dtype), but got {dtype.name}. "
+                            "For holomorphic differentiation, pass holomorphic=True.")
+
+
+def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: bool,
+              holomorphic: bool = False) -> Callable[..., Any]:
     from funcgrad.transforms.batching import vmap
     label = "jacfwd" if forward else "jacrev"
 
     @functools.wraps(fn)
     def wrapper(*args: Any) -> Any:
         nums = _check_argnums(argnums, len(args), label)
-        _check_float_inputs(args, nums, label)
+        _check_float_inputs(args, nums, label, holomorphic)
+        if forward:
+            _check_complex_use(label, "inputs", tree.leaves(tuple(args[n] for n in nums)), holomorphic)
 
         def partial(*diff_args: Any) -> Any:
             full = list(args)
@@ -318,6 +332,8 @@ def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: boo
         if forward:  # one jvp per input element: columns of the Jacobian
             out_leaves, out_tree = tree.flatten(partial(*diff))
             out_leaves = [as_tensor(o) for o in out_leaves]
+            if holomorphic:
+                _check_complex_use(label, "outputs", out_leaves, holomorphic)
 
             def push(*tangent_leaves: Tensor) -> Any:
                 return jvp(partial, diff, tree.unflatten(in_tree, tangent_leaves))[1]
@@ -329,6 +345,7 @@ def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: boo
         else:  # one vjp per output element: rows of the Jacobian
             out_value, pullback = vjp(partial, *diff)
             out_leaves, out_tree = tree.flatten(out_value)
+            _check_complex_use(label, "outputs", out_leaves, holomorphic)
             rows = tree.leaves(vmap(lambda *cts: pullback(tree.unflatten(out_tree, cts)))(
                 *_split_basis(out_leaves, out_leaves[0].dtype)))
             # rows[j] has shape (M, *in_j); block for output leaf k is rows [start_k, start_k + size_k)
@@ -355,15 +372,18 @@ def _block(stacked: Tensor, leaves: Sequence[Tensor], index: int, leading: bool,
     return _reshape(part, leaves[index].shape + other_shape)  # jacrev: (out_size, *in) -> (*out, *in)
 
 
-def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
+def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
+           holomorphic: bool = False) -> Callable[..., Any]:
     """The Jacobian by forward mode (one jvp per input element, batched with vmap); for an array
-    input and output its shape is ``out.shape + in.shape``."""
-    return _jacobian(fn, argnums, forward=True)
+    input and output its shape is ``out.shape + in.shape``. Inputs are real unless ``holomorphic``."""
+    return _jacobian(fn, argnums, forward=True, holomorphic=holomorphic)
 
 
-def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
-    """The Jacobian by reverse mode (one vjp per output element, batched with vmap)."""
-    return _jacobian(fn, argnums, forward=False)
+def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
+           holomorphic: bool = False) -> Callable[..., Any]:
+    """The Jacobian by reverse mode (one vjp per output element, batched with vmap). Outputs are
+    real unless ``holomorphic`` (complex inputs and outputs), as in JAX."""
+    return _jacobian(fn, argnums, forward=False, holomorphic=holomorphic)
 
 
 def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:

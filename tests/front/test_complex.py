@@ -317,3 +317,18 @@ def test_expm1_special_values_follow_c99():
         for part_g, part_w in ((g.real, w.real), (g.imag, w.imag)):
             assert (np.isnan(part_g) and np.isnan(part_w)) or part_g == part_w, (got, want)
     close(fnp.expm1(Z), np.expm1(Z.astype(np.complex128)), rtol=1e-5, atol=1e-6)
+
+
+def test_jacobians_with_complex_numbers_follow_jax():
+    z = Z[0]
+    x = Z[0].real.copy()
+    close(fg.jacfwd(lambda v: v * fnp.sin(v), holomorphic=True)(z), np.diag(np.sin(z) + z * np.cos(z)), rtol=1e-5)
+    close(fg.jacrev(lambda v: v * fnp.sin(v), holomorphic=True)(z), np.diag(np.sin(z) + z * np.cos(z)), rtol=1e-5)
+    close(fg.jacfwd(lambda v: fnp.exp(1j * v))(x), np.diag(1j * np.exp(1j * x)), rtol=1e-5)
+    with pytest.raises(TypeError, match="jacrev requires real-valued outputs"):
+        fg.jacrev(lambda v: fnp.exp(1j * v))(x)
+    with pytest.raises(TypeError, match="jacfwd requires real-valued inputs"):
+        fg.jacfwd(lambda v: v * v)(z)
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    close(fg.jacrev(lambda v: fnp.abs(v) ** 2)(z), jax.jacrev(lambda v: jnp.abs(v) ** 2)(z), rtol=1e-5)
