@@ -152,6 +152,21 @@ class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
     def mT(self) -> Tensor:
         return fnp.matrix_transpose(self)
 
+    @property
+    def real(self) -> Tensor:
+        """The real part (the array itself for real dtypes), as ``x.real`` in NumPy and JAX."""
+        return fnp.real(self)
+
+    @property
+    def imag(self) -> Tensor:
+        """The imaginary part (zeros for real dtypes)."""
+        return fnp.imag(self)
+
+    def conj(self) -> Tensor:
+        return fnp.conj(self)
+
+    conjugate = conj
+
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         return fnp.flatten(self, start_dim, end_dim)
 

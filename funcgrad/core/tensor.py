@@ -128,7 +128,7 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
     if array.dtype == object:
         if array.ndim == 0:  # None, a dict, a generator, ...: not a sequence of numbers at all
             raise TypeError(f"cannot make an array from {_short_repr(data)} (a {type(data).__name__}); arrays hold "
-                            "numbers (bool, int, float) or nested lists of them")
+                            "numbers (bool, int, float, complex) or nested lists of them")
         raise TypeError(f"cannot make an array from {type(data).__name__} holding {type(array.flat[0]).__name__}")
     if dtype is None:
         kind = array.dtype.kind
@@ -141,6 +141,8 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
             dtype = array.dtype if array.dtype != dtypes.uint64 else dtypes.uint32
         elif kind == "b":
             dtype = dtypes.bool_
+        elif kind == "c":  # complex128 -> complex64 unless asked for, as float64 -> float32
+            dtype = dtypes.complex64
         elif array.dtype == dtypes.bfloat16:
             dtype = dtypes.bfloat16
         else:
@@ -374,6 +376,9 @@ class Tensor(_Methods):
     def __float__(self) -> float:
         return float(self._concrete("float()", True).item())
 
+    def __complex__(self) -> complex:
+        return complex(self._concrete("complex()").item())
+
     def __index__(self) -> int:
         if not dtypes.is_int(self.dtype) or self.size != 1:
             raise TypeError(f"only integer scalar arrays can be used as an index, got {self.aval}")
@@ -464,9 +469,9 @@ def as_tensor(value: Any) -> Tensor:
         return value
     if isinstance(value, np.generic):
         return Tensor(value, dtype=value.dtype)
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float, complex)):
         dtype = dtypes.python_scalar_dtype(value)
-        if dtypes.is_int(dtype) and not isinstance(value, bool):
+        if dtypes.is_int(dtype) and isinstance(value, int) and not isinstance(value, bool):
             info = np.iinfo(dtype)
             if not info.min <= value <= info.max:
                 raise OverflowError(f"Python int {value} does not fit in {dtype.name} "

@@ -33,7 +33,7 @@ def leaf_aval(leaf: Any, where: str = "argument") -> tuple[ShapedArray, bool]:
         return ShapedArray(leaf.shape, _default_dtype(leaf.dtype)), False
     if isinstance(leaf, np.generic):
         return ShapedArray((), _default_dtype(leaf.dtype)), False
-    if isinstance(leaf, (bool, int, float)):
+    if isinstance(leaf, (bool, int, float, complex)):
         dtype = dtypes.python_scalar_dtype(leaf)
         return ShapedArray((), dtype), dtype != dtypes.bool_
     raise TypeError(f"{where} of type {type(leaf).__name__} is not a valid funcgrad type: a traced "
@@ -42,6 +42,7 @@ def leaf_aval(leaf: Any, where: str = "argument") -> tuple[ShapedArray, bool]:
 
 _NARROWED: dict[np.dtype, np.dtype] = {
     dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32, dtypes.uint64: dtypes.uint32,
+    dtypes.complex128: dtypes.complex64,
 }
 
 
@@ -56,7 +57,7 @@ def as_output(value: Any) -> Tensor | np.generic:
     holds as literal outputs). NumPy arrays are accepted, as JAX does."""
     if isinstance(value, (Tensor, np.generic)):
         return value
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float, complex)):
         return cast(np.generic, np.asarray(value, dtypes.python_scalar_dtype(value))[()])
     if isinstance(value, np.ndarray):
         return Tensor(value)

@@ -66,7 +66,7 @@ def check_array_size(shape: tuple[int, ...], dtype: np.dtype, op: str) -> None:
 
 _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int8": "i8",
                 "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
-                "uint32": "u32", "uint64": "u64", "bool": "bool"}
+                "uint32": "u32", "uint64": "u64", "bool": "bool", "complex64": "c64", "complex128": "c128"}
 
 _SHORT_NAME: dict[np.dtype, str] = {}  # short_str's names by dtype
 
@@ -222,6 +222,8 @@ def _literal_str(literal: Literal) -> str:
         text = str(bool(value))
     elif dtypes.is_float(literal.aval.dtype):
         text = repr(float(value))
+    elif dtypes.is_complex(literal.aval.dtype):
+        text = repr(complex(value))
     else:
         text = str(int(value))
     return f"{text}:{literal.aval.short_str()}"

@@ -20,20 +20,21 @@ int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, 
 uint8, uint16, uint32, uint64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
 float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
+complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
 
 default_float = float32
 default_int = int32
 
 ALL_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bfloat16, float16, float32,
-              float64)
+              float64, complex64, complex128)
 _NAMES = {dt.name: dt for dt in ALL_DTYPES}
-_NAMES.update({"bool": bool_, "float": float32, "int": int32})
+_NAMES.update({"bool": bool_, "float": float32, "int": int32, "complex": complex64})
 
 
 def canonicalize(dtype: Any) -> np.dtype:
     """Turn anything dtype-like (``np.float32``, ``"int32"``, ``float``, a dtype) into a funcgrad dtype.
 
-    Raises ``TypeError`` for dtypes funcgrad does not support (complex, strings, objects).
+    Raises ``TypeError`` for dtypes funcgrad does not support (strings, objects, longdouble).
     >>> canonicalize("float32")
     dtype('float32')
     """
@@ -45,6 +46,8 @@ def canonicalize(dtype: Any) -> np.dtype:
         return default_int
     if dtype is bool:
         return bool_
+    if dtype is complex:
+        return complex64
     try:
         result = np.dtype(dtype)
     except TypeError:
@@ -60,6 +63,27 @@ def is_float(dtype: np.dtype) -> bool:
     return dtype in (bfloat16, float16, float32, float64)
 
 
+def is_complex(dtype: np.dtype) -> bool:
+    return dtype in (complex64, complex128)
+
+
+def is_inexact(dtype: np.dtype) -> bool:
+    """Floating or complex (NumPy's ``np.inexact``)."""
+    return is_float(dtype) or is_complex(dtype)
+
+
+def real_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype of a complex dtype's real and imaginary parts (float32 for complex64); others unchanged."""
+    return float32 if dtype == complex64 else float64 if dtype == complex128 else dtype
+
+
+def complex_dtype(dtype: np.dtype) -> np.dtype:
+    """The complex dtype holding pairs of ``dtype`` (complex128 for float64, else complex64)."""
+    if is_complex(dtype):
+        return dtype
+    return complex128 if dtype == float64 else complex64
+
+
 def is_int(dtype: np.dtype) -> bool:
     return dtype.kind in "iu"
 
@@ -73,8 +97,9 @@ def is_bool(dtype: np.dtype) -> bool:
 
 
 def kind_name(dtype: np.dtype) -> str:
-    """'bool', 'integer' or 'floating', for error messages."""
-    return "bool" if is_bool(dtype) else "integer" if is_int(dtype) else "floating"
+    """'bool', 'integer', 'floating' or 'complex', for error messages."""
+    return ("bool" if is_bool(dtype) else "integer" if is_int(dtype) else "complex" if is_complex(dtype)
+            else "floating")
 
 
 def finfo(dtype: Any) -> Any:
@@ -83,7 +108,7 @@ def finfo(dtype: Any) -> Any:
     >>> float(finfo('float16').max)
     65504.0
     """
-    dtype = canonicalize(dtype)
+    dtype = canonicalize(dtype)  # complex: NumPy's finfo describes the parts (float32 for complex64)
     return ml_dtypes.finfo(dtype) if dtype == bfloat16 else np.finfo(dtype)
 
 
@@ -97,16 +122,17 @@ def iinfo(dtype: Any) -> np.iinfo:
 
 
 # --- promotion lattice -------------------------------------------------------------------------
-# Nodes are dtypes plus the two weak kinds "i*" (a Python int) and "f*" (a Python float).
-# An edge a -> b means b can represent every value of a (up to rounding for floats).
-_WEAK_INT, _WEAK_FLOAT = "i*", "f*"
+# Nodes are dtypes plus the three weak kinds "i*" (a Python int), "f*" (a Python float) and "c*" (a
+# Python complex), as in JAX. An edge a -> b means b can represent every value of a (up to rounding).
+_WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX = "i*", "f*", "c*"
 _EDGES: dict[Any, tuple[Any, ...]] = {
     bool_: (_WEAK_INT,),
     _WEAK_INT: (uint8, int8),
     uint8: (int16, uint16), uint16: (int32, uint32), uint32: (int64, uint64), uint64: (_WEAK_FLOAT,),
     int8: (int16,), int16: (int32,), int32: (int64,), int64: (_WEAK_FLOAT,),
-    _WEAK_FLOAT: (bfloat16, float16),
-    bfloat16: (float32,), float16: (float32,), float32: (float64,), float64: (),
+    _WEAK_FLOAT: (bfloat16, float16, _WEAK_COMPLEX),
+    bfloat16: (float32,), float16: (float32,), float32: (float64, complex64), float64: (complex128,),
+    _WEAK_COMPLEX: (complex64,), complex64: (complex128,), complex128: (),
 }
 
 
@@ -124,6 +150,8 @@ def _lattice_node(dtype: np.dtype, weak: bool) -> Any:
         return _WEAK_INT
     if weak and is_float(dtype):
         return _WEAK_FLOAT
+    if weak and is_complex(dtype):
+        return _WEAK_COMPLEX
     return dtype
 
 
@@ -157,6 +185,11 @@ def result_type(*dtypes_and_weak: tuple[np.dtype, bool]) -> tuple[np.dtype, bool
     if node == _WEAK_FLOAT:
         floats = [d for d, _ in dtypes_and_weak if is_float(d)]
         return (max(floats, key=lambda d: d.itemsize) if floats else default_float), True
+    if node == _WEAK_COMPLEX:
+        # the complex dtype of the widest float or complex operand: float64 + 1j is complex128
+        widest = max((real_dtype(d) for d, _ in dtypes_and_weak if is_inexact(d)), key=lambda d: d.itemsize,
+                     default=default_float)
+        return complex_dtype(widest), True
     return node, False
 
 
@@ -168,5 +201,7 @@ def python_scalar_dtype(value: Any) -> np.dtype:
         return default_int
     if isinstance(value, (float, np.floating)):
         return default_float
+    if isinstance(value, (complex, np.complexfloating)):
+        return complex64
     raise TypeError(f"{type(value).__name__} {value!r} is not a supported scalar "
-                    "(funcgrad supports bool, int and float; complex numbers are not supported)")
+                    "(funcgrad supports bool, int, float and complex)")

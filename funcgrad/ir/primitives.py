@@ -122,11 +122,12 @@ def _compute_in_f32(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 
 
 def _check_kinds(name: str, avals: Sequence[ShapedArray], kinds: str) -> None:
-    """kinds: any of 'b' (bool), 'i' (signed/unsigned int), 'f' (float)."""
+    """kinds: any of 'b' (bool), 'i' (signed/unsigned int), 'f' (float), 'c' (complex)."""
     for aval in avals:
-        kind = "b" if dtypes.is_bool(aval.dtype) else "i" if dtypes.is_int(aval.dtype) else "f"
+        kind = ("b" if dtypes.is_bool(aval.dtype) else "i" if dtypes.is_int(aval.dtype)
+                else "c" if dtypes.is_complex(aval.dtype) else "f")
         if kind not in kinds:
-            allowed = {"b": "bool", "i": "integer", "f": "floating"}
+            allowed = {"b": "bool", "i": "integer", "f": "floating", "c": "complex"}
             raise TypeError(f"{name} does not accept {aval.dtype.name} operands "
                             f"(it takes {' or '.join(allowed[k] for k in kinds)} arrays)")
 
@@ -185,29 +186,68 @@ def _typed(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 
 # --- elementwise: unary ------------------------------------------------------------------------
 
-neg_p = _unary("neg", _typed(np.negative))
-abs_p = _unary("abs", _typed(np.abs))
-sign_p = _unary("sign", _typed(np.sign))
-exp_p = _unary("exp", _compute_in_f32(np.exp), "f", cost="transcendental")
-log_p = _unary("log", _compute_in_f32(np.log), "f", cost="transcendental")
+neg_p = _unary("neg", _typed(np.negative), "ifc")
+
+
+def _abs_rule(x: ShapedArray) -> ShapedArray:
+    _check_kinds("abs", [x], "ifc")
+    return ShapedArray(x.shape, dtypes.real_dtype(x.dtype))  # |complex64| is float32
+
+
+def _abs_impl(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    return np.asarray(np.abs(x)).astype(dtypes.real_dtype(x.dtype), copy=False)
+
+
+abs_p = Primitive("abs", _abs_rule, _abs_impl, kernel_op="abs", arity=1)
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if dtypes.is_complex(x.dtype):  # z / |z| (0 at 0), as JAX and the Array API define it
+        magnitude = np.abs(x)
+        return np.where(magnitude == 0, 0, x / np.where(magnitude == 0, 1, magnitude)).astype(x.dtype)
+    return np.asarray(np.sign(x)).astype(x.dtype, copy=False)
+
+
+sign_p = _unary("sign", _sign, "ifc")
+exp_p = _unary("exp", _compute_in_f32(np.exp), "fc", cost="transcendental")
+log_p = _unary("log", _compute_in_f32(np.log), "fc", cost="transcendental")
 exp2_p = _unary("exp2", _compute_in_f32(np.exp2), "f", cost="transcendental")
 log2_p = _unary("log2", _compute_in_f32(np.log2), "f", cost="transcendental")
-expm1_p = _unary("expm1", _compute_in_f32(np.expm1), "f", cost="transcendental")
-log1p_p = _unary("log1p", _compute_in_f32(np.log1p), "f", cost="transcendental")
-sin_p = _unary("sin", _compute_in_f32(np.sin), "f", cost="transcendental")
-cos_p = _unary("cos", _compute_in_f32(np.cos), "f", cost="transcendental")
-tan_p = _unary("tan", _compute_in_f32(np.tan), "f", cost="transcendental_no_row_reuse")
-asin_p = _unary("asin", _compute_in_f32(np.arcsin), "f", cost="transcendental_no_row_reuse")
-acos_p = _unary("acos", _compute_in_f32(np.arccos), "f", cost="transcendental_no_row_reuse")
-atan_p = _unary("atan", _compute_in_f32(np.arctan), "f", cost="transcendental_no_row_reuse")
-sinh_p = _unary("sinh", _compute_in_f32(np.sinh), "f", cost="transcendental_no_row_reuse")
-cosh_p = _unary("cosh", _compute_in_f32(np.cosh), "f", cost="transcendental_no_row_reuse")
-tanh_p = _unary("tanh", _compute_in_f32(np.tanh), "f", cost="transcendental")
-asinh_p = _unary("asinh", _compute_in_f32(np.arcsinh), "f", cost="transcendental_no_row_reuse")
-acosh_p = _unary("acosh", _compute_in_f32(np.arccosh), "f", cost="transcendental_no_row_reuse")
-atanh_p = _unary("atanh", _compute_in_f32(np.arctanh), "f", cost="transcendental_no_row_reuse")
-sqrt_p = _unary("sqrt", _compute_in_f32(np.sqrt), "f", cost="divide")
-rsqrt_p = _unary("rsqrt", _compute_in_f32(lambda x: 1 / np.sqrt(x)), "f", cost="divide")
+def _expm1(x: np.ndarray) -> np.ndarray:
+    """NumPy's expm1; for complex x, exp(x) - 1 written as (expm1(a) cos b - 2 sin^2(b/2)) + i e^a sin b
+    with C99's special values (NumPy's complex expm1 gives inf + nan j for inf + 0j)."""
+    x = np.asarray(x)
+    if not dtypes.is_complex(x.dtype):
+        return np.asarray(np.expm1(x))
+    a, b = x.real, x.imag
+    with np.errstate(all="ignore"):
+        re = np.expm1(a) * np.cos(b) - 2 * np.sin(b / 2) ** 2
+        im = np.where(b == 0, b, np.exp(a) * np.sin(b))
+        unbounded_b = ~np.isfinite(b)
+        re = np.where(a == -np.inf, -1.0, np.where((a == np.inf) & unbounded_b, np.inf, re))
+        im = np.where((a == -np.inf) & unbounded_b, 0.0, np.where((a == np.inf) & unbounded_b, np.nan, im))
+        re = np.where((a == 0) & (b == 0), 0.0, re)
+    return _complex_impl(re.astype(a.dtype), im.astype(a.dtype))
+
+
+expm1_p = _unary("expm1", _compute_in_f32(_expm1), "fc", cost="transcendental")
+log1p_p = _unary("log1p", _compute_in_f32(np.log1p), "fc", cost="transcendental")
+sin_p = _unary("sin", _compute_in_f32(np.sin), "fc", cost="transcendental")
+cos_p = _unary("cos", _compute_in_f32(np.cos), "fc", cost="transcendental")
+tan_p = _unary("tan", _compute_in_f32(np.tan), "fc", cost="transcendental_no_row_reuse")
+asin_p = _unary("asin", _compute_in_f32(np.arcsin), "fc", cost="transcendental_no_row_reuse")
+acos_p = _unary("acos", _compute_in_f32(np.arccos), "fc", cost="transcendental_no_row_reuse")
+atan_p = _unary("atan", _compute_in_f32(np.arctan), "fc", cost="transcendental_no_row_reuse")
+sinh_p = _unary("sinh", _compute_in_f32(np.sinh), "fc", cost="transcendental_no_row_reuse")
+cosh_p = _unary("cosh", _compute_in_f32(np.cosh), "fc", cost="transcendental_no_row_reuse")
+tanh_p = _unary("tanh", _compute_in_f32(np.tanh), "fc", cost="transcendental")
+asinh_p = _unary("asinh", _compute_in_f32(np.arcsinh), "fc", cost="transcendental_no_row_reuse")
+acosh_p = _unary("acosh", _compute_in_f32(np.arccosh), "fc", cost="transcendental_no_row_reuse")
+atanh_p = _unary("atanh", _compute_in_f32(np.arctanh), "fc", cost="transcendental_no_row_reuse")
+sqrt_p = _unary("sqrt", _compute_in_f32(np.sqrt), "fc", cost="divide")
+rsqrt_p = _unary("rsqrt", _compute_in_f32(lambda x: 1 / np.sqrt(x)), "fc", cost="divide")
 logistic_p = _unary("logistic", _compute_in_f32(lambda x: 0.5 * np.tanh(0.5 * x) + 0.5), "f", cost="transcendental")
 
 
@@ -228,10 +268,42 @@ def _is_finite(x: np.ndarray) -> np.ndarray:
     return np.isfinite(x.astype(np.float32) if x.dtype in _LOW_PRECISION else x)
 
 
-is_finite_p = _unary("is_finite", _is_finite, "f", out_dtype=dtypes.bool_)
+is_finite_p = _unary("is_finite", _is_finite, "fc", out_dtype=dtypes.bool_)
 not_p = _unary("not", np.invert, "bi")  # logical for bool, bitwise for integers
 # the identity without a derivative: a kernel reads its operand, no kernel op computes it
-stop_gradient_p = _unary("stop_gradient", lambda x: np.array(x, copy=True), "bif", kernel=False)
+stop_gradient_p = _unary("stop_gradient", lambda x: np.array(x, copy=True), "bifc", kernel=False)
+
+# complex numbers: the parts, the conjugate, and a complex number from two parts. Every equation with a
+# complex operand or result runs as a host step (see lower/schedule.py: kind_of), so none has a kernel op.
+
+
+def _part_rule(name: str) -> Callable[[ShapedArray], ShapedArray]:
+    def rule(x: ShapedArray) -> ShapedArray:
+        _check_kinds(name, [x], "c")
+        return ShapedArray(x.shape, dtypes.real_dtype(x.dtype))
+    return rule
+
+
+real_p = Primitive("real", _part_rule("real"), lambda x: np.array(np.real(x)))  # a C-contiguous copy
+imag_p = Primitive("imag", _part_rule("imag"), lambda x: np.array(np.imag(x)))
+conj_p = _unary("conj", np.conjugate, "c", kernel=False)
+
+
+def _complex_rule(re: ShapedArray, im: ShapedArray) -> ShapedArray:
+    dtype = _same_dtype("complex", [re, im])
+    if dtype not in (dtypes.float32, dtypes.float64):
+        raise TypeError(f"complex needs float32 or float64 parts, got {dtype.name}")
+    return ShapedArray(_elementwise_shape("complex", [re, im]), dtypes.complex_dtype(dtype))
+
+
+def _complex_impl(re: np.ndarray, im: np.ndarray) -> np.ndarray:
+    re, im = np.asarray(re), np.asarray(im)
+    out = np.empty(np.broadcast_shapes(re.shape, im.shape), dtypes.complex_dtype(re.dtype))
+    out.real, out.imag = re, im  # not re + 1j * im: that turns (inf, 0) into (inf, nan)
+    return out
+
+
+complex_p = Primitive("complex", _complex_rule, _complex_impl)
 
 
 def _name_rule(x: ShapedArray, *, name: str) -> ShapedArray:
@@ -249,8 +321,8 @@ name_p = Primitive("name", _name_rule, lambda x, *, name: np.array(x, copy=True)
 def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Division rounding toward zero for integers (C and XLA semantics); x / 0 gives 0."""
     x, y = np.asarray(x), np.asarray(y)
-    if dtypes.is_float(x.dtype):
-        return _compute_in_f32(np.true_divide)(x, y)
+    if dtypes.is_inexact(x.dtype):
+        return _compute_in_f32(np.true_divide)(x, y).astype(x.dtype, copy=False)
     safe = np.where(y == 0, 1, y)
     if dtypes.is_unsigned(x.dtype):  # the int64 arithmetic below would wrap uint64 values >= 2**63
         return np.where(y == 0, 0, x // safe).astype(x.dtype)
@@ -280,12 +352,12 @@ def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return _compute_in_f32(np.power)(x, y)
 
 
-add_p = _binary("add", _typed(np.add), "if")
-sub_p = _binary("sub", _typed(np.subtract), "if")
-mul_p = _binary("mul", _typed(np.multiply), "if")
-div_p = _binary("div", _int_div, "if", cost="divide")
+add_p = _binary("add", _typed(np.add), "ifc")
+sub_p = _binary("sub", _typed(np.subtract), "ifc")
+mul_p = _binary("mul", _typed(np.multiply), "ifc")
+div_p = _binary("div", _int_div, "ifc", cost="divide")
 rem_p = _binary("rem", _int_rem, "if", cost="float_call")
-pow_p = _binary("pow", _pow, "if", cost="transcendental")
+pow_p = _binary("pow", _pow, "ifc", cost="transcendental")
 def _ieee_extremum(fn: Callable[..., np.ndarray], negative_wins: bool) -> Callable[..., np.ndarray]:
     """NumPy's maximum/minimum (NaN propagates) with IEEE 754-2019's order of zeros, -0.0 < +0.0,
     which compiled code uses (NumPy returns its second operand when the two compare equal)."""
@@ -325,8 +397,8 @@ def _shift(op: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 shift_left_p = _binary("shift_left", _shift(np.left_shift), "i")
 shift_right_p = _binary("shift_right", _shift(np.right_shift), "i")  # arithmetic if signed
 
-eq_p = _binary("eq", np.equal, "bif", out_dtype=dtypes.bool_)
-ne_p = _binary("ne", np.not_equal, "bif", out_dtype=dtypes.bool_)
+eq_p = _binary("eq", np.equal, "bifc", out_dtype=dtypes.bool_)
+ne_p = _binary("ne", np.not_equal, "bifc", out_dtype=dtypes.bool_)
 lt_p = _binary("lt", np.less, "bif", out_dtype=dtypes.bool_)
 le_p = _binary("le", np.less_equal, "bif", out_dtype=dtypes.bool_)
 gt_p = _binary("gt", np.greater, "bif", out_dtype=dtypes.bool_)
@@ -355,6 +427,8 @@ def _convert_rule(x: ShapedArray, *, new_dtype: np.dtype) -> ShapedArray:
 
 def _convert_impl(x: np.ndarray, *, new_dtype: np.dtype) -> np.ndarray:
     x = np.asarray(x)
+    if dtypes.is_complex(x.dtype) and not dtypes.is_complex(new_dtype) and new_dtype != dtypes.bool_:
+        x = np.array(x.real)  # complex -> real keeps the real part, as JAX (and NumPy, warning)
     if dtypes.is_float(x.dtype) and dtypes.is_int(new_dtype):
         # float -> int truncates toward zero and saturates; NaN becomes 0 (XLA's defined behaviour)
         info = np.iinfo(new_dtype)
@@ -402,8 +476,8 @@ def _reduce(name: str, fn: Callable[..., np.ndarray], kinds: str) -> Primitive:
     return Primitive(name, rule, impl)
 
 
-reduce_sum_p = _reduce("reduce_sum", np.sum, "if")
-reduce_prod_p = _reduce("reduce_prod", np.prod, "if")
+reduce_sum_p = _reduce("reduce_sum", np.sum, "ifc")
+reduce_prod_p = _reduce("reduce_prod", np.prod, "ifc")
 reduce_max_p = _reduce("reduce_max", np.max, "bif")  # identity is -inf / the dtype's minimum
 reduce_min_p = _reduce("reduce_min", np.min, "bif")
 
@@ -467,8 +541,8 @@ def _cumulative(name: str, fn: Callable[..., np.ndarray], kinds: str) -> Primiti
     return Primitive(name, rule, impl)
 
 
-cumsum_p = _cumulative("cumsum", np.cumsum, "if")
-cumprod_p = _cumulative("cumprod", np.cumprod, "if")
+cumsum_p = _cumulative("cumsum", np.cumsum, "ifc")
+cumprod_p = _cumulative("cumprod", np.cumprod, "ifc")
 cummax_p = _cumulative("cummax", np.maximum.accumulate, "bif")
 cummin_p = _cumulative("cummin", np.minimum.accumulate, "bif")
 
@@ -731,7 +805,7 @@ def _dot_general_rule(lhs: ShapedArray, rhs: ShapedArray, *,
                       batch: tuple[tuple[int, ...], tuple[int, ...]]) -> ShapedArray:
     """Output dims: batch dims, then lhs free dims, then rhs free dims (XLA's DotGeneral order)."""
     dtype = _same_dtype("dot_general", [lhs, rhs])
-    _check_kinds("dot_general", [lhs, rhs], "if")
+    _check_kinds("dot_general", [lhs, rhs], "ifc")
     (lc, rc), (lb, rb) = contracting, batch
     _normalize_axes("dot_general", lc + lb, lhs.ndim)
     _normalize_axes("dot_general", rc + rb, rhs.ndim)
@@ -1048,3 +1122,56 @@ def _svd_impl(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[
 
 
 svd_p = Primitive("svd", _svd_rule, _lapack(_svd_impl), multiple_results=True)
+
+
+# --- fft -----------------------------------------------------------------------------------------
+# One primitive, as in XLA: ``fft_type`` is "fft", "ifft", "rfft" or "irfft", over the trailing
+# ``len(fft_lengths)`` axes, unnormalised forward and 1/n-scaled inverse (NumPy's "backward" norm).
+# funcgrad.numpy.fft moves the user's axes to the end, pads or crops to ``n`` and applies ``norm``.
+# It runs as a host step through NumPy's pocketfft on every device (no kernel computes it).
+FFT_TYPES = ("fft", "ifft", "rfft", "irfft")
+
+
+def _fft_rule(x: ShapedArray, *, fft_type: str, fft_lengths: tuple[int, ...]) -> ShapedArray:
+    if fft_type not in FFT_TYPES:
+        raise ValueError(f"fft: fft_type must be one of {FFT_TYPES}, got {fft_type!r}")
+    k = len(fft_lengths)
+    if not 1 <= k <= x.ndim or any(n < 1 for n in fft_lengths):
+        raise ValueError(f"fft: fft_lengths {fft_lengths} do not fit an operand of shape {x.shape}")
+    batch, trailing = x.shape[:x.ndim - k], x.shape[x.ndim - k:]
+    if fft_type == "rfft":
+        if not dtypes.is_float(x.dtype) or x.dtype not in (dtypes.float32, dtypes.float64):
+            raise TypeError(f"fft (rfft) needs a float32 or float64 operand, got {x.dtype.name}")
+        if trailing != tuple(fft_lengths):
+            raise ValueError(f"fft (rfft): the operand's trailing shape {trailing} must be fft_lengths {fft_lengths}")
+        return ShapedArray(batch + tuple(fft_lengths[:-1]) + (fft_lengths[-1] // 2 + 1,),
+                           dtypes.complex_dtype(x.dtype))
+    if not dtypes.is_complex(x.dtype):
+        raise TypeError(f"fft ({fft_type}) needs a complex64 or complex128 operand, got {x.dtype.name}")
+    if fft_type == "irfft":
+        expected = tuple(fft_lengths[:-1]) + (fft_lengths[-1] // 2 + 1,)
+        if trailing != expected:
+            raise ValueError(f"fft (irfft): the operand's trailing shape {trailing} must be {expected} "
+                             f"for fft_lengths {fft_lengths}")
+        return ShapedArray(batch + tuple(fft_lengths), dtypes.real_dtype(x.dtype))
+    if trailing != tuple(fft_lengths):
+        raise ValueError(f"fft ({fft_type}): the operand's trailing shape {trailing} must be fft_lengths {fft_lengths}")
+    return x
+
+
+def _fft_impl(x: np.ndarray, *, fft_type: str, fft_lengths: tuple[int, ...]) -> np.ndarray:
+    x = np.asarray(x)
+    axes = tuple(range(x.ndim - len(fft_lengths), x.ndim))
+    out: np.ndarray
+    if fft_type == "fft":
+        out, dtype = np.fft.fftn(x, axes=axes), x.dtype
+    elif fft_type == "ifft":
+        out, dtype = np.fft.ifftn(x, axes=axes), x.dtype
+    elif fft_type == "rfft":
+        out, dtype = np.fft.rfftn(x, axes=axes), dtypes.complex_dtype(x.dtype)
+    else:
+        out, dtype = np.fft.irfftn(x, s=fft_lengths, axes=axes), dtypes.real_dtype(x.dtype)
+    return np.array(out, dtype)
+
+
+fft_p = Primitive("fft", _fft_rule, _fft_impl)

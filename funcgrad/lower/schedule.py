@@ -19,7 +19,8 @@ The rules (see docs/architecture.md):
   contracting, free) order (``_column_operand_layouts``), so both reach the register tile;
 * a value is stored where it must be: outputs, the results of reductions read elsewhere, and the
   operands of *host* equations (primitives without a kernel lowering yet, run by their NumPy
-  reference: sort, scatter, gather, cumulative ops, argmax, control flow, ...).
+  reference: sort, scatter, gather, cumulative ops, argmax, control flow, fft, and every equation
+  with a complex operand or result, ...).
 
 ``schedule(ir)`` returns the ordered steps; ``lower/plan.py`` runs them.
 """
@@ -54,8 +55,16 @@ CALLS = (jit_p, checkpoint_p, custom_jvp_call_p, custom_vjp_call_p)
 _LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
 
 
+def _touches_complex(eqn: Eqn) -> bool:
+    return any(dtypes.is_complex(a.aval.dtype) for a in (*eqn.inputs, *eqn.outputs))
+
+
 def kind_of(eqn: Eqn) -> str:
+    """'elementwise', 'movement', 'reduce' or 'host'. Every equation with a complex operand or result
+    is a host step (NumPy computes it): no kernel renderer knows complex types (docs/architecture.md)."""
     name = eqn.primitive.name
+    if _touches_complex(eqn):
+        return "host"
     if name in ELEMENTWISE:
         return "elementwise"
     if name in MOVEMENT:

@@ -10,8 +10,8 @@ same eagerly (lazily evaluated) and inside traces, and is built on the primitive
 """
 
 from funcgrad.ir.dtypes import (
-    bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16,
-    uint32, uint64,
+    bfloat16, bool_, complex64, complex128, float16, float32, float64, int8, int16, int32, int64, uint8,
+    uint16, uint32, uint64,
 )
 from funcgrad.ir.dtypes import bool_ as bool  # noqa: A001 - the Array API name
 from funcgrad.numpy.conversion import (
@@ -26,6 +26,7 @@ from funcgrad.numpy.products import *  # noqa: F403
 from funcgrad.numpy.manipulation import *  # noqa: F403
 from funcgrad.numpy.reductions import *  # noqa: F403
 from funcgrad.numpy.searching import *  # noqa: F403
+from funcgrad.numpy import fft  # noqa: E402 - the fft extension, as fnp.fft.fft
 from funcgrad.core.tensor import Array, Tensor
 from funcgrad.numpy import linalg  # the standard's linalg extension: fnp.linalg.cholesky, ...
 

@@ -24,7 +24,7 @@ from funcgrad.ir import dtypes
 from funcgrad.ir import primitives as P
 from funcgrad.ir.primitives import Primitive
 
-_PY_SCALARS = (bool, int, float)
+_PY_SCALARS = (bool, int, float, complex)
 ArrayLike = Any  # Tensor | np.ndarray | bool | int | float | nested sequences
 Axis = int | Sequence[int] | None
 
@@ -68,7 +68,7 @@ def _flat_items(obj: Any) -> list[Any]:
     return items
 
 
-def scalar_tensor(value: bool | int | float, dtype: np.dtype | None = None) -> Tensor:
+def scalar_tensor(value: bool | int | float | complex, dtype: np.dtype | None = None) -> Tensor:
     """A rank-0 Tensor for a Python scalar; weakly typed unless ``dtype`` is given or it is a bool."""
     dtype = dtypes.python_scalar_dtype(value) if dtype is None else dtype
     tensor = Tensor._wrap(Tensor(_to_numpy_scalar(value, dtype))._data)
@@ -102,7 +102,7 @@ def dtype_and_weak(x: Any) -> tuple[np.dtype, bool]:
 
 # NumPy's 64-bit defaults (np.array([1.0]), np.int64 scalars) become funcgrad's 32-bit ones, as in JAX
 _HOST_TO_DEFAULT: dict[np.dtype, np.dtype] = {dtypes.float64: dtypes.float32, dtypes.int64: dtypes.int32,
-                                              dtypes.uint64: dtypes.uint32}
+                                              dtypes.uint64: dtypes.uint32, dtypes.complex128: dtypes.complex64}
 
 
 def _host_dtype(dtype: np.dtype) -> np.dtype:
@@ -134,7 +134,7 @@ def isdtype(dtype: Any, kind: Any) -> bool:
     checks = {
         "bool": dtypes.is_bool, "signed integer": lambda d: d.kind == "i",
         "unsigned integer": dtypes.is_unsigned, "integral": dtypes.is_int,
-        "real floating": dtypes.is_float, "complex floating": lambda d: False,
+        "real floating": dtypes.is_float, "complex floating": dtypes.is_complex,
         "numeric": lambda d: not dtypes.is_bool(d),
     }
     if kind not in checks:
@@ -270,7 +270,7 @@ def apply_elementwise(primitive: Primitive, *args: ArrayLike, to_float: bool = F
     """Promote, broadcast and bind an elementwise primitive. ``to_float`` promotes bool/integer
     inputs to the default float first (for sin, exp, true division, ...), as JAX does."""
     values, dtype, weak = promote(*args)
-    if to_float and not dtypes.is_float(dtype):
+    if to_float and not dtypes.is_inexact(dtype):
         values = [astype(v, dtypes.default_float) if isinstance(v, Tensor)
                   else _to_numpy_scalar(v, dtypes.default_float) for v in values]
     shapes = [v.shape for v in values if isinstance(v, Tensor)]

@@ -52,7 +52,7 @@ def full(shape: Shape, fill_value: ArrayLike, *, dtype: Any = None, device: str 
 def _fill(name: str, shape: Shape, fill_value: ArrayLike, dtype: Any) -> Tensor:
     """``full`` under the name of the function the user called (for its errors)."""
     shape = _shape(shape)
-    if isinstance(fill_value, (bool, int, float)) and not isinstance(fill_value, np.generic):
+    if isinstance(fill_value, (bool, int, float, complex)) and not isinstance(fill_value, np.generic):
         target = dtypes.python_scalar_dtype(fill_value) if dtype is None else dtypes.canonicalize(dtype)
         check_array_size(shape, target, name)
         out = broadcast_to(_to_numpy_scalar(fill_value, target), shape)
@@ -212,6 +212,21 @@ def linspace(start: float, stop: float, /, num: int, *, dtype: Any = None, devic
     num = int(count)
     if num < 0:
         raise ValueError(f"linspace: num must be non-negative, got {num}")
+    complex_ends = [v for v in (start, stop) if isinstance(v, (complex, np.complexfloating))
+                    or (isinstance(v, Tensor) and dtypes.is_complex(v.dtype))]
+    if complex_ends or (dtype is not None and dtypes.is_complex(dtypes.canonicalize(dtype))):
+        # complex endpoints: the real and the imaginary parts are two real linspaces
+        if dtype is None:
+            dtype = max((v.dtype if isinstance(v, Tensor) else dtypes.complex64 for v in complex_ends),
+                        key=lambda d: d.itemsize)
+        part = dtypes.real_dtype(dtypes.canonicalize(dtype))
+        ends = [asarray(v) if isinstance(v, Tensor) else v for v in (start, stop)]
+        re = [bind(P.real_p, v) if isinstance(v, Tensor) and dtypes.is_complex(v.dtype) else
+              (v.real if isinstance(v, (complex, np.complexfloating)) else v) for v in ends]
+        im = [bind(P.imag_p, v) if isinstance(v, Tensor) and dtypes.is_complex(v.dtype) else
+              (v.imag if isinstance(v, (complex, np.complexfloating)) else 0.0) for v in ends]
+        return bind(P.complex_p, linspace(re[0], re[1], num, dtype=part, endpoint=endpoint),
+                    linspace(im[0], im[1], num, dtype=part, endpoint=endpoint))
     if dtype is None:  # as jax.numpy: the floating result type of the endpoints (float32 for scalars)
         endpoints: list[Any] = [start, stop]
         endpoint_dtypes = [v.dtype for v in endpoints if isinstance(v, Tensor) and dtypes.is_float(v.dtype)]

@@ -40,9 +40,9 @@ def _float_unary(primitive: P.Primitive, name: str, doc: str) -> Callable[[Array
 
 
 def _inexact(*args: ArrayLike) -> tuple[list[Tensor], bool]:
-    """Promote ``args`` to one floating dtype (bool/int -> float32) as Tensors; returns (tensors, weak)."""
+    """Promote ``args`` to one floating or complex dtype (bool/int -> float32) as Tensors; returns (tensors, weak)."""
     values, dtype, weak = promote(*args)
-    target = dtype if dtypes.is_float(dtype) else dtypes.default_float
+    target = dtype if dtypes.is_inexact(dtype) else dtypes.default_float
     tensors = [astype(v, target) if isinstance(v, Tensor) else asarray(np.asarray(v).astype(target)[()])
                for v in values]
     return tensors, weak
@@ -134,6 +134,8 @@ def round(x: ArrayLike, /, decimals: int = 0) -> Tensor:  # noqa: A001 - the Arr
     [0.0, 2.0, 2.0]
     """
     x = asarray(x)
+    if dtypes.is_complex(x.dtype):  # the parts are rounded separately, as NumPy and JAX
+        return complex_from_parts(round(real(x), decimals), round(imag(x), decimals))
     if not dtypes.is_float(x.dtype):
         if decimals < 0:
             raise NotImplementedError("round of integers with decimals < 0 is not implemented (nor in JAX)")
@@ -188,7 +190,8 @@ def fabs(x: ArrayLike, /) -> Tensor:
 
 
 def sign(x: ArrayLike, /) -> Tensor:
-    """-1, 0 or 1 with the sign of x (NaN stays NaN); not defined for bool."""
+    """-1, 0 or 1 with the sign of x (NaN stays NaN); not defined for bool. For complex x it is
+    x / |x| (0 at 0), as in JAX and the Array API."""
     x = asarray(x)
     _reject_bool("sign", x.dtype)
     return apply_elementwise(P.sign_p, x)
@@ -219,21 +222,25 @@ def signbit(x: ArrayLike, /) -> Tensor:
 
 
 def isnan(x: ArrayLike, /) -> Tensor:
-    """True where x is NaN (never for bool or integers)."""
+    """True where x is NaN (never for bool or integers); complex: where either part is NaN."""
     x = asarray(x)
+    if dtypes.is_complex(x.dtype):
+        return logical_or(isnan(real(x)), isnan(imag(x)))
     return not_equal(x, x) if dtypes.is_float(x.dtype) else _full_bool(x, False)
 
 
 def isinf(x: ArrayLike, /) -> Tensor:
-    """True where x is +inf or -inf."""
+    """True where x is +inf or -inf; complex: where either part is infinite."""
     x = asarray(x)
+    if dtypes.is_complex(x.dtype):
+        return logical_or(isinf(real(x)), isinf(imag(x)))
     return equal(abs(x), np.inf) if dtypes.is_float(x.dtype) else _full_bool(x, False)
 
 
 def isfinite(x: ArrayLike, /) -> Tensor:
-    """True where x is neither infinite nor NaN."""
+    """True where x is neither infinite nor NaN (complex: both parts)."""
     x = asarray(x)
-    return apply_elementwise(P.is_finite_p, x) if dtypes.is_float(x.dtype) else _full_bool(x, True)
+    return apply_elementwise(P.is_finite_p, x) if dtypes.is_inexact(x.dtype) else _full_bool(x, True)
 
 
 def isposinf(x: ArrayLike, /) -> Tensor:
@@ -364,7 +371,7 @@ def pow(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:  # noqa: A001 - the Array AP
     if dtypes.is_bool(result_type(x1, x2)):
         x1, x2 = astype(x1, dtypes.default_int), astype(x2, dtypes.default_int)
     if (isinstance(x2, int) and not isinstance(x2, bool) and 1 <= x2 <= 4
-            and dtypes.is_float(result_type(x1, x2))):
+            and dtypes.is_inexact(result_type(x1, x2))):
         return _integer_power(asarray(x1), x2)
     return apply_elementwise(P.pow_p, x1, x2)
 
@@ -514,7 +521,7 @@ def _bitwise(primitive: P.Primitive, name: str, doc: str,
              allow_bool: bool = True) -> Callable[[ArrayLike, ArrayLike], Tensor]:
     def fn(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
         dtype = result_type(x1, x2)
-        if dtypes.is_float(dtype):
+        if dtypes.is_inexact(dtype):
             raise TypeError(f"{name} needs integer or bool arrays, got {dtype.name}")
         if dtypes.is_bool(dtype) and not allow_bool:  # shifts count bools as int32, as JAX does
             x1, x2 = astype(x1, dtypes.default_int), astype(x2, dtypes.default_int)
@@ -537,7 +544,7 @@ left_shift, right_shift = bitwise_left_shift, bitwise_right_shift
 def bitwise_invert(x: ArrayLike, /) -> Tensor:
     """~x: bitwise not for integers, logical not for bools."""
     x = asarray(x)
-    if dtypes.is_float(x.dtype):
+    if dtypes.is_inexact(x.dtype):
         raise TypeError(f"bitwise_invert needs integer or bool arrays, got {x.dtype.name}")
     return apply_elementwise(P.not_p, x)
 
@@ -606,6 +613,8 @@ def nan_to_num(x: ArrayLike, nan: float = 0.0, posinf: float | None = None,
                neginf: float | None = None) -> Tensor:
     """Replace NaN by ``nan`` and +-inf by ``posinf``/``neginf`` (default: the dtype's extremes)."""
     x = asarray(x)
+    if dtypes.is_complex(x.dtype):  # each part separately, as NumPy and JAX
+        return complex_from_parts(nan_to_num(real(x), nan, posinf, neginf), nan_to_num(imag(x), nan, posinf, neginf))
     if not dtypes.is_float(x.dtype):
         return x
     info = dtypes.finfo(x.dtype)
@@ -615,26 +624,48 @@ def nan_to_num(x: ArrayLike, nan: float = 0.0, posinf: float | None = None,
 
 
 def real(x: ArrayLike, /) -> Tensor:
-    """Real part: funcgrad has no complex dtypes, so this is x itself."""
-    return asarray(x)
+    """Real part (float32 for complex64); a real x is returned as it is."""
+    x = asarray(x)
+    return _weak(bind(P.real_p, x), x._weak) if dtypes.is_complex(x.dtype) else x
 
 
 def conj(x: ArrayLike, /) -> Tensor:
-    """Complex conjugate: x itself (no complex dtypes)."""
-    return asarray(x)
+    """Complex conjugate; a real x is returned as it is."""
+    x = asarray(x)
+    return _weak(bind(P.conj_p, x), x._weak) if dtypes.is_complex(x.dtype) else x
 
 
 conjugate = conj
 
 
 def imag(x: ArrayLike, /) -> Tensor:
-    """Imaginary part: zeros of x's shape and dtype (no complex dtypes)."""
+    """Imaginary part (float32 for complex64); zeros of x's shape and dtype for a real x."""
     x = asarray(x)
+    if dtypes.is_complex(x.dtype):
+        return _weak(bind(P.imag_p, x), x._weak)
     return broadcast_to(np.zeros((), x.dtype)[()], x.shape)
 
 
+def angle(z: ArrayLike, /, deg: bool = False) -> Tensor:
+    """The argument of z, atan2(imag(z), real(z)), in radians (degrees with ``deg``); real for real z."""
+    z = asarray(z)
+    if not dtypes.is_inexact(z.dtype):
+        z = astype(z, dtypes.default_float)
+    out = atan2(imag(z), real(z))
+    return multiply(out, 180 / math.pi) if deg else out
+
+
+def complex_from_parts(re: ArrayLike, im: ArrayLike, /) -> Tensor:
+    """re + 1j * im without arithmetic on infinities (lax.complex): float32 parts give complex64."""
+    (a, b), weak = _inexact(re, im)
+    if a.dtype not in (dtypes.float32, dtypes.float64):
+        a, b = astype(a, dtypes.float32), astype(b, dtypes.float32)
+    shape = broadcast_shapes(a.shape, b.shape)
+    return _weak(bind(P.complex_p, broadcast_to(a, shape), broadcast_to(b, shape)), weak)
+
+
 __all__ = [
-    "abs", "absolute", "acos", "acosh", "add", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
+    "abs", "absolute", "acos", "angle", "acosh", "add", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
     "arctan2", "arctanh", "around", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
     "bitwise_invert", "bitwise_left_shift", "bitwise_not", "bitwise_or", "bitwise_right_shift",
     "bitwise_xor", "cbrt", "ceil", "clip", "conj", "conjugate", "copysign", "cos", "cosh", "deg2rad",

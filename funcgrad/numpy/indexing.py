@@ -390,7 +390,7 @@ def _scatter(x: Tensor, index: Any, values: ArrayLike, mode: str) -> Tensor:
     plan = _parse_index(x.shape, index)
     shape = plan.result_shape
     updates: Any
-    if isinstance(values, (bool, int, float)):
+    if isinstance(values, (bool, int, float, complex)):
         updates = _to_numpy_scalar(values, x.dtype)
     else:
         updates = astype(asarray(values), x.dtype)

@@ -32,7 +32,7 @@ from funcgrad.numpy.conversion import (
     promote,
 )
 from funcgrad.numpy.elementwise import abs as abs_
-from funcgrad.numpy.elementwise import multiply, not_equal, power, sqrt, where
+from funcgrad.numpy.elementwise import conj, multiply, not_equal, power, sqrt, where
 from funcgrad.numpy.manipulation import concat, moveaxis, permute_dims, ravel, reshape
 from funcgrad.numpy.reductions import max as max_
 from funcgrad.numpy.reductions import min as min_
@@ -141,6 +141,7 @@ def vecdot(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1) -> Tensor:
         raise ValueError(f"vecdot: shapes {a.shape} and {b.shape} differ along axis {axis - len(shape)} "
                          f"({sizes[0]} != {sizes[1]}); that axis does not broadcast")
     a, b = (moveaxis(broadcast_to(t, shape), axis, -1) for t in (a, b))
+    a = conj(a)  # the Array API's vecdot conjugates its first argument (as JAX's)
     batch = tuple(range(len(shape) - 1))
     return _as_result(_dot(a, b, ((len(shape) - 1,), (len(shape) - 1,)), (batch, batch)), was_bool)
 
@@ -185,6 +186,7 @@ def dot(a: ArrayLike, b: ArrayLike, /) -> Tensor:
 def vdot(a: ArrayLike, b: ArrayLike, /) -> Tensor:
     """Dot product of the flattened inputs. >>> vdot(asarray([[1, 2]]), asarray([3, 4])).item()  # 11"""
     (x, y), was_bool = _promoted(a, b)
+    x = conj(x)  # the first is conjugated, as NumPy and JAX
     if x.size != y.size:
         raise TypeError(f"vdot needs inputs of one size, got shapes {x.shape} and {y.shape}")
     return _as_result(_dot(ravel(x), ravel(y), ((0,), (0,))), was_bool)
@@ -364,7 +366,7 @@ def einsum(subscripts: str, /, *operands: ArrayLike, optimize: Any = None) -> Te
 
 def _float(x: ArrayLike) -> Tensor:
     x = asarray(x)
-    return x if dtypes.is_float(x.dtype) else astype(x, dtypes.default_float)
+    return x if dtypes.is_inexact(x.dtype) else astype(x, dtypes.default_float)
 
 
 def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | None = None, keepdims: bool = False,
@@ -384,11 +386,12 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | None = None, k
     if ord == -math.inf:
         return min_(magnitude, axis=axis, keepdims=keepdims)
     if ord == 0:
-        return sum_(astype(not_equal(x, 0), x.dtype), axis=axis, keepdims=keepdims)
+        return sum_(astype(not_equal(x, 0), magnitude.dtype), axis=axis, keepdims=keepdims)
     if ord == 1:
         return sum_(magnitude, axis=axis, keepdims=keepdims)
     if ord == 2:
-        return _root(sum_(multiply(x, x), axis=axis, keepdims=keepdims), 2.0)
+        square = multiply(magnitude, magnitude) if dtypes.is_complex(x.dtype) else multiply(x, x)
+        return _root(sum_(square, axis=axis, keepdims=keepdims), 2.0)
     return _root(sum_(power(magnitude, float(ord)), axis=axis, keepdims=keepdims), float(ord))
 
 
@@ -414,7 +417,8 @@ def _matrix_norm(x: Tensor, rows: int, cols: int, ord: Any, keepdims: bool) -> T
             out = reshape(out, tuple(1 if i in (rows, cols) else d for i, d in enumerate(x.shape)))
         return out
     if ord == "fro":
-        out = _root(sum_(multiply(x, x), axis=(rows, cols), keepdims=True), 2.0)
+        magnitude = abs_(x) if dtypes.is_complex(x.dtype) else x
+        out = _root(sum_(multiply(magnitude, magnitude), axis=(rows, cols), keepdims=True), 2.0)
     elif ord in (1, -1, math.inf, -math.inf):
         summed_axis, extremum_axis = (rows, cols) if ord in (1, -1) else (cols, rows)
         totals = sum_(abs_(x), axis=summed_axis, keepdims=True)

@@ -145,7 +145,7 @@ def _float_input(x: ArrayLike, dtype: Any) -> Tensor:
     x = asarray(x)
     if dtype is not None:
         return astype(x, dtype)
-    return x if dtypes.is_float(x.dtype) else astype(x, dtypes.default_float)
+    return x if dtypes.is_inexact(x.dtype) else astype(x, dtypes.default_float)
 
 
 def mean(x: ArrayLike, /, *, axis: Axis = None, keepdims: bool = False, dtype: Any = None) -> Tensor:
@@ -161,6 +161,8 @@ def var(x: ArrayLike, /, *, axis: Axis = None, correction: float = 0.0, keepdims
     x = _float_input(x, None)
     correction = correction if ddof is None else ddof
     centered = subtract(x, mean(x, axis=axis, keepdims=True))
+    if dtypes.is_complex(x.dtype):  # |x - mean|^2: the variance of complex numbers is real (NumPy, JAX)
+        centered = bind(P.abs_p, centered)
     total = sum(multiply(centered, centered), axis=axis, keepdims=keepdims)
     denominator = _count(x, axis) - correction
     return divide(total, float(denominator) if denominator > 0 else np.nan)
@@ -324,7 +326,7 @@ def average(a: ArrayLike, axis: Axis = None, weights: ArrayLike | None = None, r
         return (out, full_like(out, float(_count(x, axis)))) if returned else out
     w = asarray(weights)
     dtype = result_type(x, w)
-    dtype = dtype if dtypes.is_float(dtype) else dtypes.default_float
+    dtype = dtype if dtypes.is_inexact(dtype) else dtypes.default_float
     x, w = astype(x, dtype), astype(w, dtype)
     if w.shape != x.shape:
         if not isinstance(axis, (int, np.integer)) or w.ndim != 1:

@@ -11,6 +11,7 @@ from funcgrad.transforms import ad_rules as _ad_rules  # noqa: F401  (registers 
 from funcgrad.transforms import control_flow as _control_flow  # noqa: F401
 from funcgrad.transforms import custom as _custom  # noqa: F401
 from funcgrad.transforms import batching_rules as _batching_rules  # noqa: F401
+from funcgrad.transforms import complex_rules as _complex_rules  # noqa: F401
 from funcgrad.transforms import jit as _jit_rules  # noqa: F401
 from funcgrad.transforms.ad import grad, hessian, jacfwd, jacobian, jacrev, jvp, linearize, value_and_grad, vjp
 from funcgrad.transforms.batching import vmap

@@ -253,25 +253,31 @@ def _check_argnums(argnums: int | Sequence[int], num_args: int, label: str) -> t
     return tuple(n % num_args for n in nums)
 
 
-def _check_float_inputs(args: Sequence[Any], argnums: Sequence[int], label: str) -> None:
+def _check_float_inputs(args: Sequence[Any], argnums: Sequence[int], label: str,
+                        holomorphic: bool = False) -> None:
     for n in argnums:
         for leaf in tree.leaves(args[n]):
             aval, _ = leaf_aval(leaf, f"argument {n}")
-            if not dtypes.is_float(aval.dtype):
+            if holomorphic and not dtypes.is_complex(aval.dtype):
+                raise TypeError(f"{label} with holomorphic=True requires complex inputs, but argument {n} has a "
+                                f"leaf of dtype {aval.dtype.name}. Cast it with .astype(complex64).")
+            if not dtypes.is_inexact(aval.dtype):
                 raise TypeError(f"{label} requires real-valued (floating-point) inputs, but argument {n} has a "
                                 f"leaf of dtype {aval.dtype.name}. Differentiate only floating-point arguments "
                                 "(argnums=...), or cast with .astype(float32).")
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
-                   has_aux: bool = False) -> Callable[..., Any]:
+                   has_aux: bool = False, holomorphic: bool = False) -> Callable[..., Any]:
     """A function returning ``(fn(*args), gradient)``; with ``has_aux`` ``((value, aux), gradient)``.
-    The gradient has the structure of the ``argnums`` argument(s)."""
+    The gradient has the structure of the ``argnums`` argument(s). ``fn`` must return a real scalar,
+    or with ``holomorphic=True`` a complex one (of complex inputs: the gradient is f'(z)). For a real
+    function of complex inputs the gradient is JAX's: the conjugate of d f/d re + i d f/d im."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         nums = _check_argnums(argnums, len(args), "grad")
-        _check_float_inputs(args, nums, "grad")
+        _check_float_inputs(args, nums, "grad", holomorphic)
 
         def partial(*diff_args: Any) -> Any:
             full = list(args)
@@ -281,11 +287,17 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
         result = vjp(partial, *(args[n] for n in nums), has_aux=has_aux)
         value, pullback = result[0], result[1]
-        if not isinstance(value, Tensor) or value.shape != () or not dtypes.is_float(value.dtype):
+        wanted = dtypes.is_complex if holomorphic else dtypes.is_float
+        if not isinstance(value, Tensor) or value.shape != () or not wanted(value.dtype):
             described = (f"shape {value.shape} and dtype {value.dtype.name}" if isinstance(value, Tensor)
                          else type(value).__name__)
+            if holomorphic:
+                raise TypeError(f"grad with holomorphic=True requires a function returning a complex scalar, "
+                                f"got {described}")
+            hint = ("; for holomorphic differentiation pass holomorphic=True"
+                    if isinstance(value, Tensor) and dtypes.is_complex(value.dtype) else "")
             raise TypeError(f"grad requires a function returning a real scalar, got {described}; "
-                            "use jacrev or vjp for other outputs")
+                            f"use jacrev or vjp for other outputs{hint}")
         grads = pullback(np.ones((), value.dtype)[()])
         grads = grads[0] if isinstance(argnums, int) else grads
         return ((value, result[2]), grads) if has_aux else (value, grads)
@@ -293,12 +305,13 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
     return wrapper
 
 
-def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable[..., Any]:
+def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False) -> Callable[..., Any]:
     """The gradient of a scalar function with respect to argument(s) ``argnums``.
 
     >>> grad(lambda x: (x ** 2).sum())(fnp.arange(3.0)).tolist()   # [0.0, 2.0, 4.0]
     """
-    value_and_grad_fn = value_and_grad(fn, argnums, has_aux)
+    value_and_grad_fn = value_and_grad(fn, argnums, has_aux, holomorphic)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -345,14 +358,28 @@ def _split_basis(leaves: Sequence[Tensor], dtype: np.dtype) -> list[Tensor]:
     return pieces
 
 
-def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: bool) -> Callable[..., Any]:
+def _check_complex_use(label: str, what: str, leaves: Sequence[Any], holomorphic: bool) -> None:
+    """JAX's rule: jacfwd's inputs and jacrev's outputs are real unless ``holomorphic`` (then complex)."""
+    for leaf in leaves:
+        dtype = leaf_aval(leaf)[0].dtype
+        if holomorphic and not dtypes.is_complex(dtype):
+            raise TypeError(f"{label} with holomorphic=True requires complex {what}, got {dtype.name}")
+        if not holomorphic and dtypes.is_complex(dtype):
+            raise TypeError(f"{label} requires real-valued {what} (a floating dtype), but got {dtype.name}. "
+                            "For holomorphic differentiation, pass holomorphic=True.")
+
+
+def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: bool,
+              holomorphic: bool = False) -> Callable[..., Any]:
     from funcgrad.transforms.batching import vmap
     label = "jacfwd" if forward else "jacrev"
 
     @functools.wraps(fn)
     def wrapper(*args: Any) -> Any:
         nums = _check_argnums(argnums, len(args), label)
-        _check_float_inputs(args, nums, label)
+        _check_float_inputs(args, nums, label, holomorphic)
+        if forward:
+            _check_complex_use(label, "inputs", tree.leaves(tuple(args[n] for n in nums)), holomorphic)
 
         def partial(*diff_args: Any) -> Any:
             full = list(args)
@@ -366,6 +393,8 @@ def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: boo
         if forward:  # one jvp per input element: columns of the Jacobian
             out_leaves, out_tree = tree.flatten(partial(*diff))
             out_leaves = [as_tensor(o) for o in out_leaves]
+            if holomorphic:
+                _check_complex_use(label, "outputs", out_leaves, holomorphic)
 
             def push(*tangent_leaves: Tensor) -> Any:
                 return jvp(partial, diff, tree.unflatten(in_tree, tangent_leaves))[1]
@@ -377,6 +406,7 @@ def _jacobian(fn: Callable[..., Any], argnums: int | Sequence[int], forward: boo
         else:  # one vjp per output element: rows of the Jacobian
             out_value, pullback = vjp(partial, *diff)
             out_leaves, out_tree = tree.flatten(out_value)
+            _check_complex_use(label, "outputs", out_leaves, holomorphic)
             rows = tree.leaves(vmap(lambda *cts: pullback(tree.unflatten(out_tree, cts)))(
                 *_split_basis(out_leaves, out_leaves[0].dtype)))
             # rows[j] has shape (M, *in_j); block for output leaf k is rows [start_k, start_k + size_k)
@@ -403,15 +433,18 @@ def _block(stacked: Tensor, leaves: Sequence[Tensor], index: int, leading: bool,
     return _reshape(part, leaves[index].shape + other_shape)  # jacrev: (out_size, *in) -> (*out, *in)
 
 
-def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
+def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
+           holomorphic: bool = False) -> Callable[..., Any]:
     """The Jacobian by forward mode (one jvp per input element, batched with vmap); for an array
-    input and output its shape is ``out.shape + in.shape``."""
-    return _jacobian(fn, argnums, forward=True)
+    input and output its shape is ``out.shape + in.shape``. Inputs are real unless ``holomorphic``."""
+    return _jacobian(fn, argnums, forward=True, holomorphic=holomorphic)
 
 
-def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
-    """The Jacobian by reverse mode (one vjp per output element, batched with vmap)."""
-    return _jacobian(fn, argnums, forward=False)
+def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
+           holomorphic: bool = False) -> Callable[..., Any]:
+    """The Jacobian by reverse mode (one vjp per output element, batched with vmap). Outputs are
+    real unless ``holomorphic`` (complex inputs and outputs), as in JAX."""
+    return _jacobian(fn, argnums, forward=False, holomorphic=holomorphic)
 
 
 def jacobian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:

@@ -253,8 +253,16 @@ _UNARY_TANGENTS: dict[P.Primitive, Callable[[Any, Any, Any], Any]] = {
     P.rsqrt_p: lambda t, x, y: _mul(t, _mul(_div(y, x), _const(y, -0.5))),        # -x^(-3/2) / 2
     P.logistic_p: lambda t, x, y: _mul(t, _mul(y, _sub(_const(y, 1), y))),         # s (1 - s)
     P.erf_p: lambda t, x, y: _mul(t, _mul(bind(P.exp_p, _neg(_mul(x, x))), _const(x, _TWO_OVER_SQRT_PI))),
-    P.abs_p: lambda t, x, y: _mul(t, bind(P.sign_p, x)),
+    P.abs_p: lambda t, x, y: _abs_tangent(t, x, y),
 }
+
+
+def _abs_tangent(t: Any, x: Any, y: Any) -> Any:
+    """sign(x) t for reals; for complex x, d|x| = re(conj(x) t) / |x| (0 at x = 0, as JAX)."""
+    if not dtypes.is_complex(_aval(x).dtype):
+        return _mul(t, bind(P.sign_p, x))
+    safe = _select(_eq(y, _const(y, 0)), _const(y, 1), y)
+    return bind(P.real_p, _mul(t, _div(bind(P.conj_p, x), _convert(safe, _aval(x).dtype))))
 
 for _primitive, _tangent_of in _UNARY_TANGENTS.items():
     jvp_rules[_primitive] = _unary_jvp(_primitive, _tangent_of)
@@ -342,7 +350,9 @@ transpose_rules[P.select_p] = _select_transpose
 def _convert_jvp(primals: list[Any], tangents: list[Any], *, new_dtype: Any) -> tuple[Any, Any]:
     (x,), (t,) = primals, tangents
     out = bind(P.convert_element_type_p, x, new_dtype=new_dtype)
-    if not dtypes.is_float(out.dtype):  # float -> int/bool: piecewise constant
+    if not dtypes.is_inexact(out.dtype):  # float -> int/bool: piecewise constant
+        return out, None
+    if t is None:
         return out, None
     return out, _convert(t, out.dtype)
 

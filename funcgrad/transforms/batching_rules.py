@@ -97,7 +97,8 @@ _ELEMENTWISE = [
     P.atanh_p, P.sqrt_p, P.rsqrt_p, P.logistic_p, P.erf_p, P.floor_p, P.ceil_p, P.round_p, P.is_finite_p,
     P.not_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.rem_p, P.pow_p, P.max_p, P.min_p,
     P.atan2_p, P.and_p, P.or_p, P.xor_p, P.shift_left_p, P.shift_right_p, P.eq_p, P.ne_p, P.lt_p,
-    P.le_p, P.gt_p, P.ge_p, P.select_p, P.convert_element_type_p, P.bitcast_convert_type_p, P.threefry2x32_p,
+    P.le_p, P.gt_p, P.ge_p, P.select_p, P.complex_p, P.convert_element_type_p, P.bitcast_convert_type_p,
+    P.threefry2x32_p,
 ]
 for _primitive in _ELEMENTWISE:
     batch_rules[_primitive] = _elementwise_rule(_primitive)

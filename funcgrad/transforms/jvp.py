@@ -32,8 +32,8 @@ jvp_rules: dict[Primitive, JvpRule] = {}
 
 
 def is_differentiable(aval: ShapedArray) -> bool:
-    """Only floating-point values carry tangents and cotangents."""
-    return dtypes.is_float(aval.dtype)
+    """Only floating-point and complex values carry tangents and cotangents."""
+    return dtypes.is_inexact(aval.dtype)
 
 
 def zeros(aval: ShapedArray) -> Tensor:

@@ -39,9 +39,12 @@ ELEMENTWISE = [p for p in REGISTRY.values() if p.kernel_op is not None]
 
 
 def accepted_dtypes(primitive: Primitive) -> list[np.dtype]:
-    """The dtypes the primitive's shape rule accepts (for all operands at once)."""
+    """The dtypes the primitive's shape rule accepts (for all operands at once), complex dtypes left
+    out: an equation touching a complex value is a host step (schedule.kind_of), never a kernel."""
     found = []
     for dtype in dtypes.ALL_DTYPES:
+        if dtypes.is_complex(dtype):
+            continue
         try:
             primitive.abstract_eval(*[ShapedArray((), dtype)] * (primitive.arity or 0))
         except TypeError:

@@ -63,6 +63,9 @@ SAMPLES.update({
                               "rhs_dilation": (1,), "feature_group_count": 1}),
     "sort": ((f32, i32), {"dimension": 1, "num_keys": 1, "descending": False}),
     "threefry2x32": ((np.uint32(1), np.uint32(2), u32, u32), {}),
+    "real": ((f32 + 1j * positive,), {}), "imag": ((f32 + 1j * positive,), {}),
+    "conj": (((f32 + 1j * positive).astype(np.complex64),), {}), "complex": ((f32, positive), {}),
+    "fft": (((f32 - 1j * positive).astype(np.complex64),), {"fft_type": "fft", "fft_lengths": (3,)}),
 })
 _square = np.array([[2.0, 0.5, -0.25], [0.5, 3.0, 0.0], [-0.25, 0.0, 1.5]], np.float32)
 SAMPLES.update({

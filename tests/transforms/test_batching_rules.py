@@ -135,6 +135,18 @@ CASES.update({  # the corners of the rules
 BATCH = 3
 
 
+c64 = (f32 + 1j * positive).astype(np.complex64)
+CASES.update({  # complex numbers and fft (tests/front/test_complex.py checks their values against JAX)
+    "real": ("real", (c64,), {}), "imag": ("imag", (c64,), {}), "conj": ("conj", (c64,), {}),
+    "complex": ("complex", (f32, positive), {}),
+    "fft": ("fft", (c64,), {"fft_type": "fft", "fft_lengths": (3,)}),
+    "ifft_2d": ("fft", (c64,), {"fft_type": "ifft", "fft_lengths": (2, 3)}),
+    "rfft": ("fft", (f32,), {"fft_type": "rfft", "fft_lengths": (3,)}),
+    "irfft": ("fft", (c64[:, :2],), {"fft_type": "irfft", "fft_lengths": (3,)}),
+    "mul_complex": ("mul", (c64, c64[::-1]), {}),
+})
+
+
 def _examples(x: Any, axis: int | None, batch: int, rng: np.random.Generator) -> Any:
     """``x`` itself when unbatched, else ``batch`` variations of it stacked along ``axis``."""
     if axis is None:

@@ -91,7 +91,7 @@ def positive(rng: Generator, shape: Shape) -> np.ndarray:
 # --- elementwise functions (hypothesis picks the shapes) ----------------------------------------
 
 UNARY: dict[str, Sampler] = {
-    **dict.fromkeys(["abs", "absolute", "fabs", "cbrt", "reciprocal"], away_from_zero),
+    **dict.fromkeys(["abs", "absolute", "fabs", "cbrt", "reciprocal", "angle"], away_from_zero),
     **dict.fromkeys(["acos", "arccos", "asin", "arcsin", "atanh", "arctanh"], uniform(-0.8, 0.8)),
     **dict.fromkeys(["acosh", "arccosh"], uniform(1.2, 3.0)),
     **dict.fromkeys(["log", "log10", "log2", "sqrt", "rsqrt"], uniform(0.5, 2.0)),
