@@ -27,6 +27,9 @@ default_int = int32
 
 ALL_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bfloat16, float16, float32,
               float64, complex64, complex128)
+# the dtypes kernels compute in: complex equations run as host steps (lower/schedule.py: kind_of), so no
+# renderer sees them
+KERNEL_DTYPES = tuple(dt for dt in ALL_DTYPES if dt.kind != "c")
 _NAMES = {dt.name: dt for dt in ALL_DTYPES}
 _NAMES.update({"bool": bool_, "float": float32, "int": int32, "complex": complex64})
 

@@ -46,7 +46,7 @@ from funcgrad.lower.kernel import (
 )
 from funcgrad.lower.render_llvm import render_llvm
 
-ALL_DTYPES = dtypes.ALL_DTYPES
+ALL_DTYPES = dtypes.KERNEL_DTYPES  # the dtypes kernels see (complex runs on the host)
 FLOATS = (dtypes.bfloat16, dtypes.float16, dtypes.float32, dtypes.float64)
 # results of these may differ from NumPy's by rounding (different libm algorithms)
 TRANSCENDENTAL = {p.kernel_op for p in with_cost("transcendental", "transcendental_no_row_reuse")}
