@@ -1,8 +1,8 @@
 """The CPU's object code on disk: one checksummed file per key (``funcgrad.util.caches.CheckedFile``),
 bounded by ``FUNCGRAD_CACHE_MAX_MB`` (``trim_folder`` deletes the least recently used).
 
-Processes share the folder. Cross-process locks (the ``filelock`` package; ``.lock-*`` files in the
-folder) make processes that start together (a data-parallel job, pytest-xdist workers) compile each
+Processes share the folder. Cross-process locks (the ``filelock`` package; at most 257 ``.lock-*`` files in
+the folder) make processes that start together (a data-parallel job, pytest-xdist workers) compile each
 kernel once: the one holding a key's lock compiles and stores it, the others wait and read it. Only
 one process trims at a time. A lock is an optimisation, never a dependency: one that cannot be taken
 in ``COMPILE_LOCK_WAIT`` seconds (or at all, on a read-only folder) is skipped and the kernel compiled.
@@ -25,6 +25,10 @@ from funcgrad.util.caches import cache_size, checked_entry, read_checked, write_
 _MAGIC = b"FGOBJ01\n"
 COMPILE_LOCK_WAIT = 120.0  # seconds a process waits for another compiling the same kernel
 LOCK_PREFIX = ".lock-"
+# a key's lock is one of 256 files (the key's first two hex digits): locks are never deleted (deleting a
+# lock file another process waits on would let two hold "the" lock), so their number must stay bounded;
+# two kernels sharing a stripe compile one after the other across processes, which is rare and harmless
+LOCK_STRIPE_DIGITS = 2
 
 
 class DiskCache:
@@ -55,7 +59,7 @@ class DiskCache:
     def compiling(self, key: str) -> Iterator[None]:
         """Hold ``key``'s cross-process lock for the body (compile, then ``store``): another process
         compiling the same kernel waits, then finds it on disk with ``load``."""
-        lock = filelock.FileLock(self.folder / f"{LOCK_PREFIX}{key}", timeout=COMPILE_LOCK_WAIT)
+        lock = filelock.FileLock(self.folder / f"{LOCK_PREFIX}{key[:LOCK_STRIPE_DIGITS]}", timeout=COMPILE_LOCK_WAIT)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             lock.acquire()
