@@ -557,7 +557,8 @@ def test_llvm_failure_names_the_kernel_and_shows_source_with_debug(monkeypatch: 
     with pytest.raises(KernelCompileError, match="kernel broken_one failed") as info:
         device.compile(small_kernel("broken_one"))
     assert "define void @broken_one" in str(info.value)
-    stored = [p for p in (tmp_path / "cpu").glob("*") if not p.name.startswith(".lock-")] if (tmp_path / "cpu").exists() else []
+    folder = tmp_path / "cpu"
+    stored = [p for p in folder.glob("*") if not p.name.startswith(".lock-")] if folder.exists() else []
     assert not stored, stored  # nothing cached for a kernel that failed (a compile lock file may stay)
 
 
