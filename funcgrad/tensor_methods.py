@@ -500,8 +500,6 @@ for _group in reversed(TensorMethods.__mro__[:-1]):  # the groups first, so Tens
     for _name, _member in vars(_group).items():
         if _name not in _NOT_COPIED and _name not in _CORE_OWNED:
             setattr(Tensor, _name, _member)
-if "nbytes" not in _CORE_OWNED:  # tinygrad's nbytes() is a method (NumPy's a property)
-    Tensor.nbytes = lambda self: self.size * self.dtype.itemsize  # type: ignore[attr-defined]
 
 
 class _TrainingFlag:
