@@ -56,6 +56,9 @@ def _matrices(x: ArrayLike, name: str, square: bool = True) -> Tensor:
     """``x`` as a float array with matrices in its last two axes (checked here, so the error names
     the function the user called)."""
     x = asarray(x)
+    if dtypes.is_complex(x.dtype):  # the LAPACK steps are real: never drop an imaginary part silently
+        raise TypeError(f"linalg.{name} does not support complex matrices yet, got {x.dtype.name}; "
+                        "split them into real and imaginary parts or compute with NumPy")
     if not dtypes.is_float(x.dtype):
         x = astype(x, dtypes.default_float)
     if x.ndim < 2 or (square and x.shape[-1] != x.shape[-2]):
@@ -100,6 +103,9 @@ def solve(x1: ArrayLike, x2: ArrayLike, /) -> Tensor:
     a = _matrices(x1, "solve")
     b = asarray(x2)
     dtype = dtypes.result_type((a.dtype, False), (b.dtype, False))[0]
+    if dtypes.is_complex(dtype):
+        raise TypeError(f"linalg.solve does not support complex matrices yet, got {dtype.name}; "
+                        "split them into real and imaginary parts or compute with NumPy")
     if not dtypes.is_float(dtype):
         dtype = dtypes.default_float
     a, b = astype(a, dtype), astype(b, dtype)

@@ -297,3 +297,12 @@ def test_triangle_options_read_only_one_triangle():
                                np.linalg.eigvalsh(lower_only, "L"), rtol=1e-12)
     with pytest.raises(ValueError, match="UPLO must be 'L' or 'U'"):
         linalg.eigh(spd, UPLO="X")
+
+
+@pytest.mark.parametrize("name", ["inv", "det", "cholesky", "eigh", "eigvalsh", "qr", "svd", "svdvals", "slogdet",
+                                  "pinv", "matrix_rank", "solve"])
+def test_complex_matrices_raise_instead_of_losing_the_imaginary_part(name):
+    z = fnp.asarray(np.array([[2 + 1j, 0], [0, 3 - 1j]], np.complex64))
+    args = (z, z) if name == "solve" else (z,)
+    with pytest.raises(TypeError, match=r"linalg\.\w+ does not support complex matrices yet, got complex64"):
+        getattr(linalg, name)(*args)
