@@ -253,10 +253,13 @@ FORK_INPUT = np.arange(512 * 2000, dtype=np.float32).reshape(512, 2000) / 1e6
 
 
 def _child(queue: Any) -> None:
+    before = cpu_pool.native_pool()
+    fresh = dict(before.stats) if before is not None else {}  # the counters before this process launched
     out = TANH(FORK_INPUT)
     pool = cpu_pool.native_pool()
     queue.put((np.asarray(out), pool is not None and all(thread.is_alive() for thread in pool.threads),
-               [thread.ident for thread in pool.threads] if pool is not None else [], pool.stats if pool else {}))
+               [thread.ident for thread in pool.threads] if pool is not None else [], fresh,
+               pool.stats if pool else {}))
 
 
 @pytest.fixture
@@ -281,12 +284,17 @@ def test_a_forked_child_gets_a_fresh_pool(native: cpu_pool.NativePool, monkeypat
     queue = context.Queue()
     child = context.Process(target=_child, args=(queue,))
     child.start()
-    out, alive, child_threads, stats = queue.get(timeout=60)
+    out, alive, child_threads, fresh, stats = queue.get(timeout=60)
     child.join(timeout=60)
     assert child.exitcode == 0
     assert out.tobytes() == want.tobytes()
     assert alive and len(child_threads) == native.workers
-    assert stats["worker_chunks"] + stats["wakes"] <= 2  # its own pool, with no launches before this one
+    # its own pool: the child's counters start at zero before its first launch, where an inherited pool
+    # would carry the parent's. Only the counters a launch moves are compared: new workers may already
+    # count a sleep as they start, and how many chunks the workers take from one launch (and so how many
+    # wakes) depends on the load, so the counts after the launch are not pinned
+    assert fresh.get("worker_chunks", 0) == fresh.get("wakes", 0) == 0, fresh
+    assert set(stats) == set(native.stats)
 
 
 def test_native_pool_off_uses_the_python_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
