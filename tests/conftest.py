@@ -105,6 +105,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-replay", action="store_true", default=False,
                      help="rewrite the kernel replay recordings under tests/replay/ (tests/lower/test_replay.py) "
                           "instead of comparing with them, and remove those of programs no longer in the corpus")
+    parser.addoption("--device-suite", action="store_true", default=False,
+                     help="with DEVICE=X: leave out the tests that would run exactly as they did without it, the "
+                          "device-parametrised ones (they ran on every device already) and those pinned to the CPU "
+                          "(the `on_cpu` fixture); what is left is the suite with the default device moved")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -174,6 +178,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0,
                            f"Skipped: DEVICE={os.environ['DEVICE']} cannot run this test: {error}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--device-suite``: deselect what a DEVICE=X run would only repeat (see the option's help)."""
+    if not config.getoption("--device-suite"):
+        return
+    if not os.environ.get("DEVICE"):
+        raise pytest.UsageError("--device-suite moves the default device: run it with DEVICE=CL, DEVICE=WEBGPU, ...")
+    kept, repeated = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        pinned = "on_cpu" in getattr(item, "fixturenames", ())
+        (repeated if pinned or (callspec is not None and "device_name" in callspec.params) else kept).append(item)
+    if repeated:
+        config.hook.pytest_deselected(items=repeated)
+        items[:] = kept
 
 
 # --- tests of the CPU compiler itself (LLVM source, register tiles, CPU plans) ----------------------
