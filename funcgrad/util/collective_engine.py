@@ -1,0 +1,119 @@
+"""The engine that carries collectives between processes, as every layer sees it.
+
+A collective that spans processes (``lax.psum`` under ``pmap`` across ranks, a data-parallel
+gradient all-reduce) ends in one call on the current engine with host NumPy buffers. The engine
+lives here, at the bottom, so that a primitive's implementation (``ir``), a plan step (``lower``)
+and the training layer (``nn``) all reach the same one without importing the front:
+``funcgrad.distributed.initialize()`` installs an MPI engine with ``set_engine``; before that, and
+in a program that never calls it, :class:`LocalEngine` stands for a job of one process.
+
+Every method takes and returns C-contiguous NumPy arrays, the same dtype and shape on every rank:
+
+- ``allreduce(x, op)``: the elementwise ``op`` ("sum", "max", "min") over ranks, on every rank;
+- ``allgather(x)``: every rank's ``x`` stacked on a new leading axis of length ``size``;
+- ``reduce_scatter(x, op)``: ``x``'s leading axis (``size * k`` long) reduced over ranks, rank
+  ``r`` keeps rows ``r*k : (r+1)*k``;
+- ``broadcast(x, root)``: rank ``root``'s ``x`` on every rank;
+- ``ppermute(x, perm)``: ``perm`` is ``((source, destination), ...)``; a rank that is no
+  destination receives zeros;
+- ``barrier()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+REDUCTIONS = ("sum", "max", "min")
+
+
+@runtime_checkable
+class CollectiveEngine(Protocol):
+    name: str
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray: ...
+
+    def allgather(self, x: np.ndarray) -> np.ndarray: ...
+
+    def reduce_scatter(self, x: np.ndarray, op: str = "sum") -> np.ndarray: ...
+
+    def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray: ...
+
+    def ppermute(self, x: np.ndarray, perm: Sequence[tuple[int, int]]) -> np.ndarray: ...
+
+    def barrier(self) -> None: ...
+
+
+def check_reduction(what: str, op: str) -> None:
+    if op not in REDUCTIONS:
+        raise ValueError(f"{what}: unknown reduction {op!r}; expected one of {', '.join(REDUCTIONS)}")
+
+
+def check_permutation(what: str, perm: Sequence[tuple[int, int]], size: int) -> None:
+    """``perm`` pairs ranks in ``range(size)``, each rank at most once as a source and once as a destination."""
+    pairs = [tuple(pair) for pair in perm]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"{what}: perm must be (source, destination) pairs, got {perm!r}")
+    for source, destination in pairs:
+        if not (0 <= source < size and 0 <= destination < size):
+            raise ValueError(f"{what}: perm pair ({source}, {destination}) names a rank outside 0..{size - 1}")
+    for index, side in ((0, "source"), (1, "destination")):
+        seen = [pair[index] for pair in pairs]
+        if len(set(seen)) != len(seen):
+            raise ValueError(f"{what}: perm {perm!r} names a {side} more than once")
+
+
+class LocalEngine:
+    """A job of one process: every collective is the identity (or its one-rank meaning)."""
+
+    name = "local"
+    rank = 0
+    size = 1
+
+    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        check_reduction("allreduce", op)
+        return np.array(x, copy=True)
+
+    def allgather(self, x: np.ndarray) -> np.ndarray:
+        return np.array(x, copy=True)[None]
+
+    def reduce_scatter(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        check_reduction("reduce_scatter", op)
+        return np.array(x, copy=True)
+
+    def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:
+        if root != 0:
+            raise ValueError(f"broadcast: root {root} is not a rank of a job of 1 process")
+        return np.array(x, copy=True)
+
+    def ppermute(self, x: np.ndarray, perm: Sequence[tuple[int, int]]) -> np.ndarray:
+        check_permutation("ppermute", perm, 1)
+        return np.array(x, copy=True) if any(tuple(p) == (0, 0) for p in perm) else np.zeros_like(x)
+
+    def barrier(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "LocalEngine(rank=0, size=1)"
+
+
+_LOCAL = LocalEngine()
+_current: list[CollectiveEngine] = [_LOCAL]
+
+
+def get_engine() -> CollectiveEngine:
+    """The engine collectives run on now: the one ``funcgrad.distributed.initialize`` installed, else the local one."""
+    return _current[0]
+
+
+def set_engine(engine: CollectiveEngine | None) -> None:
+    """Install ``engine`` (``None``: back to the local engine of one process)."""
+    _current[0] = _LOCAL if engine is None else engine
