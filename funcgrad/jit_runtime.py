@@ -318,9 +318,10 @@ class Jitted:
         if split is not None:
             dynamic, statics = split
             # (shape, dtype) rather than the aval: hashed in C, not by attrs' generated __hash__
-            key: Any = tuple([(a._data.aval.shape, a._data.aval.dtype, a._weak) for a in dynamic if type(a) is Tensor])
+            avals = [(a._data.aval.shape, a._data.aval.dtype, a._weak) for a in dynamic if type(a) is Tensor]
             # one Tensor passed twice is traced as one value (see _aliases): not this signature's plan
-            simple = len(key) == len(dynamic) and (len(dynamic) < 2 or len({id(a) for a in dynamic}) == len(dynamic))
+            simple = len(avals) == len(dynamic) and (len(dynamic) < 2 or len({id(a) for a in dynamic}) == len(dynamic))
+            key: Any = (tuple(avals), _config.config.trace_context())
             if simple and statics:
                 key = (key, statics)
                 try:
@@ -405,7 +406,7 @@ class Jitted:
         dynamic, static_values, call_with = self._split(args, kwargs)
         leaves, in_tree = tree.flatten(dynamic)
         avals = [leaf_aval(leaf, f"argument leaf {i}") for i, leaf in enumerate(leaves)]
-        key = (in_tree, tuple(avals), static_values, _aliases(leaves))
+        key = (in_tree, tuple(avals), static_values, _aliases(leaves), _config.config.trace_context())
         entry = self._cache.get(key)
         if entry is not None:
             return entry, leaves, True

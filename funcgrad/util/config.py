@@ -24,6 +24,9 @@ OPTIONS: dict[str, tuple[str, str]] = {
                                "a sampler is traced"),
 }
 DEFAULTS: dict[str, bool] = {"threefry_partitionable": True}  # the value when neither update nor the variable sets it
+# the options that change what tracing produces: part of every jit cache key (JAX's trace context), so
+# that a function traced under one value is traced again under the other
+TRACE_OPTIONS: tuple[str, ...] = ("threefry_partitionable",)
 
 
 def _environment_getter() -> Callable[[bytes], bytes | None]:
@@ -126,6 +129,14 @@ class Config:
         name = self._check(name)
         value = self._set.get(name)
         return _env_flag(OPTIONS[name][0], DEFAULTS.get(name, False)) if value is None else value
+
+    def trace_context(self) -> tuple[object, ...]:
+        """What a jit signature key holds besides its arguments: for each of ``TRACE_OPTIONS``, the value
+        set with ``update`` and the variable's raw bytes (read on every jitted call, so not parsed: a
+        changed spelling of the same value only traces once more; a bad value raises where tracing reads it)."""
+        # spelled out (one option today; a loop over TRACE_OPTIONS costs 5x: 0.5 us of a 7 us call), and
+        # checked against TRACE_OPTIONS by tests/front/test_random.py
+        return (self._set.get("threefry_partitionable"), environment_get(b"FUNCGRAD_THREEFRY_PARTITIONABLE"))
 
     def update(self, name: str, value: bool | None) -> None:
         """Set option ``name``; ``None`` goes back to its environment variable."""

@@ -582,3 +582,36 @@ def test_tensor_rand_inside_a_trace_uses_a_constant_key():
     fr.manual_seed(8)
     ir = fg.make_ir(lambda x: x + fg.Tensor.rand(3))(fnp.zeros(3))
     assert "threefry2x32" in str(ir)
+
+
+def test_jit_traces_again_when_the_threefry_layout_changes():
+    """The layout flag is part of a jitted function's cache key (JAX's trace context): a function traced
+    under one layout gives the other layout's bits after ``config.update``, on the fast path too."""
+    key = fg.random.PRNGKey(3)
+    sample = fg.jit(lambda k: fg.random.bits(k, (6,)))
+    layouts = {}
+    try:
+        for flag in (True, False, True, False):
+            fg.config.update("threefry_partitionable", flag)
+            bits = np.asarray(sample(key))
+            expected = np.asarray(fg.random.bits(key, (6,)))  # eager: traced fresh under the flag
+            np.testing.assert_array_equal(bits, expected)
+            layouts.setdefault(flag, bits)
+            np.testing.assert_array_equal(bits, layouts[flag])
+    finally:
+        fg.config.update("threefry_partitionable", None)
+    assert (layouts[True] != layouts[False]).any()
+
+
+def test_the_trace_context_follows_every_trace_option(monkeypatch):
+    """Each of config.TRACE_OPTIONS, set either way (update, or its environment variable), changes the
+    context that jit keys its traces by."""
+    from funcgrad.util.config import OPTIONS, TRACE_OPTIONS, config
+    base = config.trace_context()
+    for name in TRACE_OPTIONS:
+        with config.override(**{name: not getattr(config, name)}):
+            assert config.trace_context() != base, name
+        monkeypatch.setenv(OPTIONS[name][0], "0")
+        assert config.trace_context() != base, name
+        monkeypatch.delenv(OPTIONS[name][0])
+        assert config.trace_context() == base
