@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 import funcgrad.numpy as fnp
 from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
+from funcgrad.tensor_group import TensorGroup
 
 
 def _shape_args(shape: tuple[Any, ...]) -> tuple[int, ...]:
@@ -38,16 +39,9 @@ def _finish(tensor: Tensor, requires_grad: bool | None) -> Tensor:
     return tensor
 
 
-class CreationMethods:
+class CreationMethods(TensorGroup):
     """Constructors (static methods) and ``*_like`` methods (see docs/tensor-api.md)."""
 
-    if TYPE_CHECKING:  # provided by Tensor itself
-        @property
-        def shape(self) -> tuple[int, ...]: ...
-        @property
-        def dtype(self) -> np.dtype: ...
-        @property
-        def ndim(self) -> int: ...
 
     def empty_like(self, dtype: Any = None, device: str | None = None) -> Tensor:
         return fnp.empty_like(self, dtype=dtype, device=device)

@@ -10,13 +10,12 @@ reference (docs/tensor-api.md lists where they differ).
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 import funcgrad.numpy as fnp
 from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
+from funcgrad.tensor_group import TensorGroup
 
 
 def _moved(x: Tensor, dim: int, name: str) -> int:
@@ -41,18 +40,19 @@ def _cumulative_index(x: Tensor, running: Tensor, axis: int) -> Tensor:
     return fnp.cummax(fnp.where(changed, positions, 0), axis=axis)
 
 
-class MathMethods:
+def _running_extreme(x: Any, axis: int, name: str) -> tuple[Tensor, Tensor]:
+    """``cummax``/``cummin`` (``name``) along ``axis`` with the index of each running value."""
+    x = fnp.asarray(x)
+    if x.ndim == 0:
+        return x, fnp.zeros((), dtype=dtypes.int32)
+    axis = _moved(x, axis, name)
+    values = getattr(fnp, name)(x, axis=axis)
+    return values, _cumulative_index(x, values, axis)
+
+
+class MathMethods(TensorGroup):
     """Arithmetic, comparison, casting, scans, sorting and statistics by name (see docs/tensor-api.md)."""
 
-    if TYPE_CHECKING:  # provided by Tensor itself
-        @property
-        def shape(self) -> tuple[int, ...]: ...
-        @property
-        def ndim(self) -> int: ...
-        @property
-        def dtype(self) -> np.dtype: ...
-        @property
-        def size(self) -> int: ...
 
     # --- named arithmetic (tinygrad's ``reverse=`` swaps the operands) ---------------------------
     def add(self, x: Any, reverse: bool = False) -> Tensor: return fnp.add(*_operands(self, x, reverse))
@@ -153,21 +153,11 @@ class MathMethods:
 
     def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running maximum, index where it was first reached) along ``axis`` (ties: tinygrad's first)."""
-        x = fnp.asarray(self)
-        if x.ndim == 0:
-            return x, fnp.zeros((), dtype=dtypes.int32)
-        axis = _moved(x, axis, "cummax")
-        values = fnp.cummax(x, axis=axis)
-        return values, _cumulative_index(x, values, axis)
+        return _running_extreme(self, axis, "cummax")
 
     def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running minimum, index where it was first reached) along ``axis`` (ties: tinygrad's first)."""
-        x = fnp.asarray(self)
-        if x.ndim == 0:
-            return x, fnp.zeros((), dtype=dtypes.int32)
-        axis = _moved(x, axis, "cummin")
-        values = fnp.cummin(x, axis=axis)
-        return values, _cumulative_index(x, values, axis)
+        return _running_extreme(self, axis, "cummin")
 
     def logcumsumexp(self, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along ``axis``, shifted by the maximum so it does not overflow."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import funcgrad.numpy as fnp
 from funcgrad.core.tensor import Tensor
@@ -48,12 +48,6 @@ class TensorMethods(MathMethods, MovementMethods, NNMethods, CreationMethods):
     """Everything a Tensor can do besides holding data (see funcgrad.numpy for the semantics). The
     groups it inherits hold tinygrad's math, movement, nn and creation methods."""
 
-    if TYPE_CHECKING:  # provided by Tensor itself
-        @property
-        def shape(self) -> tuple[int, ...]: ...
-        @property
-        def ndim(self) -> int: ...
-        requires_grad: bool | None
 
     # --- operators ----------------------------------------------------------------------------
     def __add__(self, other: Any) -> Tensor: return fnp.add(self, other)

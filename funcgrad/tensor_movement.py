@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 import funcgrad.numpy as fnp
 from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
+from funcgrad.tensor_group import TensorGroup
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
@@ -52,17 +53,9 @@ def _grouped_padding(x: Tensor, padding: Sequence[Any], name: str) -> list[tuple
     return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
 
 
-class MovementMethods:
+class MovementMethods(TensorGroup):
     """Movement, joining/splitting and indexing methods (see docs/tensor-api.md)."""
 
-    if TYPE_CHECKING:  # provided by Tensor itself
-        @property
-        def shape(self) -> tuple[int, ...]: ...
-        @property
-        def ndim(self) -> int: ...
-        @property
-        def dtype(self) -> np.dtype: ...
-        def __getitem__(self, index: Any) -> Tensor: ...
 
     # --- padding and shrinking -----------------------------------------------------------------
     def pad(self, padding: Sequence[Any], mode: str = "constant", value: Any = 0.0) -> Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +19,7 @@ import funcgrad.numpy as fnp
 from funcgrad import functional as F
 from funcgrad.core.tensor import Tensor
 from funcgrad.ir import dtypes
+from funcgrad.tensor_group import TensorGroup
 
 
 def _pair(value: Any, name: str, what: str) -> tuple[int, int]:
@@ -131,16 +132,9 @@ def _axis_resample(x: Tensor, axis: int, size: int, mode: str, align_corners: bo
     return total
 
 
-class NNMethods:
+class NNMethods(TensorGroup):
     """Activations, losses and layers on Tensor (see docs/tensor-api.md)."""
 
-    if TYPE_CHECKING:  # provided by Tensor itself
-        @property
-        def shape(self) -> tuple[int, ...]: ...
-        @property
-        def ndim(self) -> int: ...
-        @property
-        def dtype(self) -> np.dtype: ...
 
     # --- activations ---------------------------------------------------------------------------
     def relu(self) -> Tensor: return fnp.maximum(self, 0)
