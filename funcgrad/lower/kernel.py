@@ -97,7 +97,7 @@ def _arg_key(arg: Any) -> Any:
     return arg
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen(cache_hash=True, repr=False)
 class KExpr:
     """One node of a kernel expression. ``op`` is 'const', 'var', 'load', 'acc', 'where', 'cast',
     'bitcast', or an ALU name from ``UNARY``/``BINARY``."""
@@ -109,6 +109,18 @@ class KExpr:
 
     def __str__(self) -> str:
         return render_text(self)
+
+    def __repr__(self) -> str:
+        """The readable form (shared nodes once, as ``let``), cut at ``REPR_LIMIT`` characters: attrs'
+        generated repr prints each node once per path through the DAG (threefry's rounds: exponentially
+        many), and pytest prints the arguments of every frame of a failing test's traceback."""
+        text = render_text(self)
+        if len(text) > REPR_LIMIT:
+            text = text[:REPR_LIMIT] + f"... ({len(text)} characters)"
+        return f"KExpr({self.dtype.name}: {text})"
+
+
+REPR_LIMIT = 2000
 
 
 def _dag_equal(self: KExpr, other: object) -> bool:

@@ -202,3 +202,18 @@ def test_the_partitionable_layout_is_the_default_and_the_variable_switches_it(mo
     np.testing.assert_array_equal(fr.bits(KEY, (4,)).numpy(), classic)
     with pytest.raises(TypeError, match="threefry_partitionable"):
         fg.config.update("threefry_partitionable", 1)
+
+
+def test_kernel_expressions_print_each_shared_node_once():
+    """Kernel expressions are DAGs (threefry's rounds share every node); printing one (pytest does, for
+    the arguments of each frame of a failing test's traceback) writes each node once and is cut short.
+    attrs' generated repr wrote each node once per path: a threefry kernel's held a CI run for half an hour."""
+    from funcgrad.lower import kernel as K
+    doubled = K.var("g0")
+    for _ in range(18):  # 2^18 paths through 19 nodes
+        doubled = K.KExpr("add", np.dtype("uint32"), (doubled, doubled))
+    text = repr(doubled)
+    assert text.startswith("KExpr(uint32: let t0 = (g0 + g0); let t1 = (t0 + t0);") and len(text) < 1000, text
+    (kernel,) = [step.kernel for step in steps_of(lambda k: fr.bits(k, (8,)), fr.PRNGKey(0))
+                 if isinstance(step, KernelStep)]
+    assert len(repr(kernel)) < 4 * K.REPR_LIMIT
