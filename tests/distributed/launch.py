@@ -22,6 +22,7 @@ and its exit status where it got to exit by itself (``None`` where the job was a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -157,10 +158,8 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
         except subprocess.TimeoutExpired:
             continue
         # mpirun is gone: make sure no rank of its group is left behind
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         return
 
 
