@@ -7,6 +7,7 @@ third, then the test's script runs as ``__main__``.
 
 from __future__ import annotations
 
+import io
 import os
 import runpy
 import sys
@@ -30,8 +31,9 @@ def main() -> None:
         target = os.open(os.path.join(output, f"rank{rank}.{suffix}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(target, fd)
         os.close(target)
-    sys.stdout.reconfigure(line_buffering=True)  # an aborted job loses no line already printed
-    sys.stderr.reconfigure(line_buffering=True)
+    for stream in (sys.stdout, sys.stderr):  # an aborted job loses no line already printed
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True)
     status: object = 1
     try:
         sys.argv = [script, *arguments]
