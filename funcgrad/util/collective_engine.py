@@ -117,3 +117,73 @@ def get_engine() -> CollectiveEngine:
 def set_engine(engine: CollectiveEngine | None) -> None:
     """Install ``engine`` (``None``: back to the local engine of one process)."""
     _current[0] = _LOCAL if engine is None else engine
+
+
+# --- safety: every rank calls the same collective; no collective waits forever -----------------------
+
+class CollectiveMismatchError(RuntimeError):
+    """With ``FUNCGRAD_DEBUG_COLLECTIVES=1``: the ranks called different collectives (or the same one
+    with different shapes, dtypes, reductions); raised on every rank, naming each rank's call."""
+
+
+class CollectiveTimeoutError(TimeoutError):
+    """A collective did not complete within ``FUNCGRAD_COLLECTIVE_TIMEOUT`` seconds."""
+
+
+def debug_collectives() -> bool:
+    """``FUNCGRAD_DEBUG_COLLECTIVES`` (or ``fg.config.update("debug_collectives", True)``), read per call."""
+    from funcgrad.util.config import config
+    return bool(config.debug_collectives)
+
+
+def collective_timeout() -> float | None:
+    """``FUNCGRAD_COLLECTIVE_TIMEOUT`` in seconds, read per call; unset, empty or 0: no timeout."""
+    from funcgrad.util.config import env_float, env_value
+    text = (env_value("FUNCGRAD_COLLECTIVE_TIMEOUT") or "").strip()
+    if not text or text == "0":
+        return None
+    return env_float("FUNCGRAD_COLLECTIVE_TIMEOUT", 0.0, "a number of seconds (0: no timeout)")
+
+
+def describe_call(what: str, x: np.ndarray | None, detail: str = "") -> str:
+    """``allreduce(sum) float32[4, 3]``: what the debug check compares between ranks."""
+    name = f"{what}({detail})" if detail else what
+    if x is None:
+        return name
+    return f"{name} {np.dtype(x.dtype).name}[{', '.join(str(n) for n in x.shape)}]"
+
+
+def caller_location() -> str:
+    """``file.py:12`` of the innermost frame outside funcgrad: the user's line that led to the collective."""
+    import os
+    import sys
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(package + os.sep):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?"
+
+
+def mismatch_message(calls: Sequence[tuple[str, str]]) -> str | None:
+    """``calls[r]`` is rank r's (call, location); None when every rank made the same call."""
+    if all(call == calls[0][0] for call, _ in calls):
+        return None
+    groups: dict[str, list[int]] = {}
+    for rank, (call, _) in enumerate(calls):
+        groups.setdefault(call, []).append(rank)
+    parts = []
+    for call, ranks in groups.items():
+        where = ", ".join(dict.fromkeys(calls[r][1] for r in ranks))
+        names = ", ".join(str(r) for r in ranks)
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {names}: {call} at {where}")
+    return ("ranks disagree on the collective they call (FUNCGRAD_DEBUG_COLLECTIVES=1): " + "; ".join(parts)
+            + "; every rank must call the same collectives in the same order with the same shapes and dtypes")
+
+
+def timeout_message(call: str, rank: int, size: int, seconds: float) -> str:
+    return (f"{call}: not complete after {seconds:g} s (FUNCGRAD_COLLECTIVE_TIMEOUT) on rank {rank} of {size}: "
+            f"another rank has not called it (it failed, finished, or waits in another collective; "
+            f"FUNCGRAD_DEBUG_COLLECTIVES=1 names each rank's call)")

@@ -1,0 +1,170 @@
+"""funcgrad.distributed's runtime on 2 real ranks: initialize's checks, the engine's collectives with
+and without the debug check and the timeout, an uncaught exception or a killed rank ending the job,
+mismatched collectives caught, a hang turned into an error."""
+
+from __future__ import annotations
+
+import json
+
+from launch import run_ranks
+
+COLLECTIVES = r"""
+import json, os
+import numpy as np
+import funcgrad.distributed as dist
+engine = dist.initialize(num_processes=2, process_id=int(os.environ["OMPI_COMM_WORLD_RANK"]))
+r = dist.process_index()
+results = {}
+for debug, timeout in (("0", ""), ("1", ""), ("0", "30"), ("1", "30")):
+    os.environ["FUNCGRAD_DEBUG_COLLECTIVES"], os.environ["FUNCGRAD_COLLECTIVE_TIMEOUT"] = debug, timeout
+    x = np.arange(6, dtype=np.float32).reshape(3, 2) + 10 * r
+    got = [engine.allreduce(x).tolist(), engine.allreduce(x, "max").tolist(), engine.allgather(x).tolist(),
+           engine.reduce_scatter(np.arange(4.0) + r).tolist(), engine.broadcast(x, root=1).tolist(),
+           engine.ppermute(x, [(0, 1), (1, 0)]).tolist()]
+    engine.barrier()
+    results[debug + timeout] = got
+print(json.dumps([dist.process_index(), dist.process_count(), engine.name, dist.launched_by(), results]))
+"""
+
+
+def test_collectives_every_mode() -> None:
+    result = run_ranks(COLLECTIVES, n=2, timeout=60).check()
+    import numpy as np
+    xs = [np.arange(6, dtype=np.float32).reshape(3, 2) + 10 * r for r in range(2)]
+    for rank, line in enumerate(result.stdout):
+        index, count, name, launcher, results = json.loads(line)
+        assert (index, count, name, launcher) == (rank, 2, "mpi", "Open MPI (mpirun)")
+        assert len(results) == 4
+        scatter = (np.arange(4.0) * 2 + 1)[2 * rank: 2 * rank + 2]
+        expected = [(xs[0] + xs[1]).tolist(), np.maximum(xs[0], xs[1]).tolist(), np.stack(xs).tolist(),
+                    scatter.tolist(), xs[1].tolist(), xs[1 - rank].tolist()]
+        for mode, got in results.items():
+            assert got == expected, (rank, mode)
+
+
+CHECKS = r"""
+import funcgrad.distributed as dist
+from funcgrad.distributed import DistributedError
+for kwargs in ({"num_processes": 3}, {"process_id": 5}):
+    try:
+        dist.initialize(**kwargs)
+    except DistributedError as error:
+        print("error:", error)
+try:
+    dist.initialize(coordinator_address="nohost")
+except ValueError as error:
+    print("error:", error)
+dist.initialize(coordinator_address="10.0.0.1:1234")
+print("ok", dist.process_index(), dist.process_count(), dist.coordinator_address())
+dist.shutdown()
+print("after shutdown", dist.process_count(), dist.is_initialized())
+"""
+
+
+def test_initialize_checks_against_the_launcher() -> None:
+    result = run_ranks(CHECKS, n=2, timeout=60).check()
+    for rank, out in enumerate(result.stdout):
+        lines = out.splitlines()
+        assert lines[0] == ("error: funcgrad.distributed.initialize: num_processes=3, but the job (Open MPI "
+                            "(mpirun), engine mpi) has 2 processes")
+        assert lines[1] == (f"error: funcgrad.distributed.initialize: process_id=5, but the launcher (Open MPI "
+                            f"(mpirun), engine mpi) made this process rank {rank} of 2")
+        assert lines[2] == "error: funcgrad.distributed.initialize: coordinator_address 'nohost' is not 'host:port'"
+        assert lines[3:] == [f"ok {rank} 2 10.0.0.1:1234", "after shutdown 1 False"]
+
+
+RAISES = r"""
+import sys, time
+import numpy as np
+import funcgrad.distributed as dist
+engine = dist.initialize()
+engine.barrier()
+if dist.process_index() == 1:
+    raise ValueError("rank 1 fails on purpose")
+engine.allreduce(np.ones(4))   # rank 0 waits here for a rank that is gone
+print("rank 0 got past the allreduce")
+"""
+
+
+def test_uncaught_exception_aborts_the_job() -> None:
+    # plain python (no `-m mpi4py`): funcgrad's own hook must end the job
+    result = run_ranks(RAISES, n=2, timeout=30, mpi4py_main=False)
+    assert result.returncode != 0, result.describe()
+    assert result.seconds < 15, result.describe()
+    assert "rank 0 got past" not in result.stdout[0]
+    assert "ValueError: rank 1 fails on purpose" in result.stderr[1]
+    assert "funcgrad.distributed: rank 1 of 2 raised ValueError; aborting the job (MPI_Abort)" in result.stderr[1]
+
+
+KILLED = r"""
+import os, signal
+import numpy as np
+import funcgrad.distributed as dist
+engine = dist.initialize()
+engine.barrier()
+if dist.process_index() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+engine.allreduce(np.ones(4))
+print("rank 0 got past the allreduce")
+"""
+
+
+def test_killed_rank_ends_the_job() -> None:
+    result = run_ranks(KILLED, n=2, timeout=30, mpi4py_main=False)
+    assert result.returncode != 0, result.describe()
+    assert result.seconds < 15, result.describe()
+    assert "rank 0 got past" not in result.stdout[0]
+
+
+MISMATCH = r"""
+import numpy as np
+import funcgrad.distributed as dist
+from funcgrad.distributed import CollectiveMismatchError
+engine = dist.initialize()
+r = dist.process_index()
+calls = [lambda: engine.allreduce(np.ones(4, np.float32)) if r == 0 else engine.allgather(np.ones(3, np.float32)),
+         lambda: engine.allreduce(np.ones((2, 3))) if r == 0 else engine.allreduce(np.ones((2, 4))),
+         lambda: engine.allreduce(np.ones(2), "sum" if r == 0 else "max")]
+for call in calls:
+    try:
+        call()
+        print("no error")
+    except CollectiveMismatchError as error:
+        print(str(error))
+print("same call:", engine.allreduce(np.ones(2)).tolist())
+"""
+
+
+def test_debug_mode_catches_mismatched_collectives() -> None:
+    result = run_ranks(MISMATCH, n=2, timeout=60, env={"FUNCGRAD_DEBUG_COLLECTIVES": "1"}).check()
+    tail = "; every rank must call the same collectives in the same order with the same shapes and dtypes"
+    for rank, out in enumerate(result.stdout):
+        lines = out.splitlines()
+        mine = ["allreduce(sum) float32[4]", "allgather float32[3]"][rank]
+        assert lines[0] == (f"{mine} on rank {rank}: ranks disagree on the collective they call "
+                            f"(FUNCGRAD_DEBUG_COLLECTIVES=1): rank 0: allreduce(sum) float32[4] at program.py:7; "
+                            f"rank 1: allgather float32[3] at program.py:7" + tail)
+        assert "rank 0: allreduce(sum) float64[2, 3] at program.py:8; rank 1: allreduce(sum) float64[2, 4]" in lines[1]
+        assert "rank 0: allreduce(sum) float64[2] at program.py:9; rank 1: allreduce(max) float64[2]" in lines[2]
+        assert lines[3] == "same call: [2.0, 2.0]"
+
+
+HANG = r"""
+import time
+import numpy as np
+import funcgrad.distributed as dist
+engine = dist.initialize()
+engine.barrier()
+if dist.process_index() == 1:
+    time.sleep(60)   # never joins the allreduce
+engine.allreduce(np.ones((2, 2), np.float32))
+"""
+
+
+def test_timeout_turns_a_hang_into_an_error() -> None:
+    result = run_ranks(HANG, n=2, timeout=40, mpi4py_main=False, env={"FUNCGRAD_COLLECTIVE_TIMEOUT": "1.5"})
+    assert result.returncode != 0, result.describe()
+    assert result.seconds < 20, result.describe()
+    assert ("CollectiveTimeoutError: allreduce(sum) float32[2, 2]: not complete after 1.5 s "
+            "(FUNCGRAD_COLLECTIVE_TIMEOUT) on rank 0 of 2") in result.stderr[0], result.describe()
+    assert "rank 0 of 2 raised CollectiveTimeoutError; aborting the job" in result.stderr[0]
