@@ -5,8 +5,10 @@ mismatched collectives caught, a hang turned into an error."""
 from __future__ import annotations
 
 import json
+import re
 
-from launch import run_ranks
+import pytest
+from launch import RanksResult, run_ranks
 
 COLLECTIVES = r"""
 import json, os
@@ -24,14 +26,34 @@ for debug, timeout in (("0", ""), ("1", ""), ("0", "30"), ("1", "30")):
     engine.barrier()
     results[debug + timeout] = got
 print(json.dumps([dist.process_index(), dist.process_count(), engine.name, dist.launched_by(), results]))
+os.environ["FUNCGRAD_DEBUG_COLLECTIVES"], os.environ["FUNCGRAD_COLLECTIVE_TIMEOUT"] = "0", ""
 """
 
 
-def test_collectives_every_mode() -> None:
-    result = run_ranks(COLLECTIVES, n=2, timeout=60).check()
+@pytest.fixture(scope="module")
+def sections() -> list[dict[str, list[str]]]:
+    """One job runs the three programs that end normally (each mpirun costs seconds): per rank, each
+    program's lines."""
+    code = "\n".join(f"print('=== {name}')\n{text}" for name, text in
+                     (("collectives", COLLECTIVES), ("mismatch", MISMATCH), ("checks", CHECKS)))
+    result: RanksResult = run_ranks(code, n=2, timeout=90).check()
+    per_rank = []
+    for out in result.stdout:
+        found: dict[str, list[str]] = {}
+        for line in out.splitlines():
+            if line.startswith("=== "):
+                current = found.setdefault(line[4:], [])
+            else:
+                current.append(line)
+        per_rank.append(found)
+    return per_rank
+
+
+def test_collectives_every_mode(sections: list[dict[str, list[str]]]) -> None:
     import numpy as np
     xs = [np.arange(6, dtype=np.float32).reshape(3, 2) + 10 * r for r in range(2)]
-    for rank, line in enumerate(result.stdout):
+    for rank, found in enumerate(sections):
+        (line,) = found["collectives"]
         index, count, name, launcher, results = json.loads(line)
         assert (index, count, name, launcher) == (rank, 2, "mpi", "Open MPI (mpirun)")
         assert len(results) == 4
@@ -61,10 +83,9 @@ print("after shutdown", dist.process_count(), dist.is_initialized())
 """
 
 
-def test_initialize_checks_against_the_launcher() -> None:
-    result = run_ranks(CHECKS, n=2, timeout=60).check()
-    for rank, out in enumerate(result.stdout):
-        lines = out.splitlines()
+def test_initialize_checks_against_the_launcher(sections: list[dict[str, list[str]]]) -> None:
+    for rank, found in enumerate(sections):
+        lines = found["checks"]
         assert lines[0] == ("error: funcgrad.distributed.initialize: num_processes=3, but the job (Open MPI "
                             "(mpirun), engine mpi) has 2 processes")
         assert lines[1] == (f"error: funcgrad.distributed.initialize: process_id=5, but the launcher (Open MPI "
@@ -117,9 +138,11 @@ def test_killed_rank_ends_the_job() -> None:
 
 
 MISMATCH = r"""
+import os
 import numpy as np
 import funcgrad.distributed as dist
 from funcgrad.distributed import CollectiveMismatchError
+os.environ["FUNCGRAD_DEBUG_COLLECTIVES"] = "1"
 engine = dist.initialize()
 r = dist.process_index()
 calls = [lambda: engine.allreduce(np.ones(4, np.float32)) if r == 0 else engine.allgather(np.ones(3, np.float32)),
@@ -132,20 +155,20 @@ for call in calls:
     except CollectiveMismatchError as error:
         print(str(error))
 print("same call:", engine.allreduce(np.ones(2)).tolist())
+os.environ["FUNCGRAD_DEBUG_COLLECTIVES"] = "0"
 """
 
 
-def test_debug_mode_catches_mismatched_collectives() -> None:
-    result = run_ranks(MISMATCH, n=2, timeout=60, env={"FUNCGRAD_DEBUG_COLLECTIVES": "1"}).check()
+def test_debug_mode_catches_mismatched_collectives(sections: list[dict[str, list[str]]]) -> None:
     tail = "; every rank must call the same collectives in the same order with the same shapes and dtypes"
-    for rank, out in enumerate(result.stdout):
-        lines = out.splitlines()
+    for rank, found in enumerate(sections):
+        lines = [re.sub(r"program\.py:\d+", "program.py:N", line) for line in found["mismatch"]]
         mine = ["allreduce(sum) float32[4]", "allgather float32[3]"][rank]
         assert lines[0] == (f"{mine} on rank {rank}: ranks disagree on the collective they call "
-                            f"(FUNCGRAD_DEBUG_COLLECTIVES=1): rank 0: allreduce(sum) float32[4] at program.py:7; "
-                            f"rank 1: allgather float32[3] at program.py:7" + tail)
-        assert "rank 0: allreduce(sum) float64[2, 3] at program.py:8; rank 1: allreduce(sum) float64[2, 4]" in lines[1]
-        assert "rank 0: allreduce(sum) float64[2] at program.py:9; rank 1: allreduce(max) float64[2]" in lines[2]
+                            f"(FUNCGRAD_DEBUG_COLLECTIVES=1): rank 0: allreduce(sum) float32[4] at program.py:N; "
+                            f"rank 1: allgather float32[3] at program.py:N" + tail)
+        assert "rank 0: allreduce(sum) float64[2, 3] at program.py:N; rank 1: allreduce(sum) float64[2, 4]" in lines[1]
+        assert "rank 0: allreduce(sum) float64[2] at program.py:N; rank 1: allreduce(max) float64[2]" in lines[2]
         assert lines[3] == "same call: [2.0, 2.0]"
 
 
