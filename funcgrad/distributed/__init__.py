@@ -66,7 +66,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                abort_on_error: bool = True) -> CollectiveEngine:
     """Join the job this process was launched in and install its engine for every collective.
 
-    - ``engine``: "mpi" (MPI.COMM_WORLD through mpi4py), "local" (one process) or an engine object;
+    - ``engine``: "mpi" (MPI.COMM_WORLD through mpi4py), "nccl" (NCCL on this process's GPU, wired up
+      over MPI; not yet run on a GPU), "local" (one process) or an engine object;
       by default "mpi" when a launcher (mpirun/mpiexec, srun) started this process, else "local".
     - ``num_processes``, ``process_id`` (JAX's arguments): what this process expects; MPI's launcher
       decides both, so they are checked against it and a difference raises ``DistributedError``.
@@ -101,17 +102,23 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 def _install(engine: str | CollectiveEngine | None) -> CollectiveEngine:
     if engine is not None and not isinstance(engine, str):
         if not isinstance(engine, CollectiveEngine):
-            raise TypeError(f"funcgrad.distributed.initialize: engine must be 'mpi', 'local' or a collective "
+            raise TypeError(f"funcgrad.distributed.initialize: engine must be 'mpi', 'nccl', 'local' or a collective "
                             f"engine, got {engine!r}")
         set_engine(engine)
         return engine
     choice = engine if engine is not None else ("mpi" if launched_by() else "local")
     if choice == "local":
         return get_engine()
-    if choice != "mpi":
-        raise ValueError(f"funcgrad.distributed.initialize: unknown engine {choice!r}; expected 'mpi' or 'local'")
-    from funcgrad.distributed.mpi import MPIEngine
-    installed = MPIEngine()
+    if choice not in ("mpi", "nccl"):
+        raise ValueError(f"funcgrad.distributed.initialize: unknown engine {choice!r}; expected 'mpi', 'nccl' "
+                         f"or 'local'")
+    installed: CollectiveEngine
+    if choice == "nccl":
+        from funcgrad.distributed.nccl import NCCLEngine
+        installed = NCCLEngine()
+    else:
+        from funcgrad.distributed.mpi import MPIEngine
+        installed = MPIEngine()
     view = launcher_view()
     if view is not None and (view[1], view[2]) != (installed.size, installed.rank):
         raise DistributedError(
