@@ -138,11 +138,17 @@ def debug_collectives() -> bool:
 
 def collective_timeout() -> float | None:
     """``FUNCGRAD_COLLECTIVE_TIMEOUT`` in seconds, read per call; unset, empty or 0: no timeout."""
-    from funcgrad.util.config import env_float, env_value
+    from funcgrad.util.config import env_error, env_value
     text = (env_value("FUNCGRAD_COLLECTIVE_TIMEOUT") or "").strip()
-    if not text or text == "0":
+    if not text:
         return None
-    return env_float("FUNCGRAD_COLLECTIVE_TIMEOUT", 0.0, "a number of seconds (0: no timeout)")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise env_error("FUNCGRAD_COLLECTIVE_TIMEOUT", text, "a number of seconds >= 0 (0: no timeout)", "no timeout")
+    return value or None
 
 
 def describe_call(what: str, x: np.ndarray | None, detail: str = "") -> str:
