@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from launch import RanksResult, run_ranks
@@ -94,6 +95,13 @@ def test_initialize_checks_against_the_launcher(sections: list[dict[str, list[st
         assert lines[3:] == [f"ok {rank} 2 10.0.0.1:1234", "after shutdown 1 False"]
 
 
+def _seconds_since_the_failure(result: RanksResult) -> float:
+    """From rank 1's "failing at <time>" to now (just after mpirun ended): about 0.05 s for an exception,
+    0.3 s for SIGKILL on an idle machine."""
+    (line,) = [line for line in result.stdout[1].splitlines() if line.startswith("failing at")]
+    return time.time() - float(line.split()[-1])
+
+
 RAISES = r"""
 import sys, time
 import numpy as np
@@ -101,6 +109,7 @@ import funcgrad.distributed as dist
 engine = dist.initialize()
 engine.barrier()
 if dist.process_index() == 1:
+    print("failing at", time.time())
     raise ValueError("rank 1 fails on purpose")
 engine.allreduce(np.ones(4))   # rank 0 waits here for a rank that is gone
 print("rank 0 got past the allreduce")
@@ -111,19 +120,20 @@ def test_uncaught_exception_aborts_the_job() -> None:
     # plain python (no `-m mpi4py`): funcgrad's own hook must end the job
     result = run_ranks(RAISES, n=2, timeout=30, mpi4py_main=False)
     assert result.returncode != 0, result.describe()
-    assert result.seconds < 15, result.describe()
+    assert _seconds_since_the_failure(result) < 5, result.describe()
     assert "rank 0 got past" not in result.stdout[0]
     assert "ValueError: rank 1 fails on purpose" in result.stderr[1]
     assert "funcgrad.distributed: rank 1 of 2 raised ValueError; aborting the job (MPI_Abort)" in result.stderr[1]
 
 
 KILLED = r"""
-import os, signal
+import os, signal, time
 import numpy as np
 import funcgrad.distributed as dist
 engine = dist.initialize()
 engine.barrier()
 if dist.process_index() == 1:
+    print("failing at", time.time())
     os.kill(os.getpid(), signal.SIGKILL)
 engine.allreduce(np.ones(4))
 print("rank 0 got past the allreduce")
@@ -133,7 +143,7 @@ print("rank 0 got past the allreduce")
 def test_killed_rank_ends_the_job() -> None:
     result = run_ranks(KILLED, n=2, timeout=30, mpi4py_main=False)
     assert result.returncode != 0, result.describe()
-    assert result.seconds < 15, result.describe()
+    assert _seconds_since_the_failure(result) < 5, result.describe()
     assert "rank 0 got past" not in result.stdout[0]
 
 
