@@ -19,7 +19,7 @@ from launch import find_mpirun
 _missing = [what for what, absent in (("mpi4py", importlib.util.find_spec("mpi4py") is None),
                                        ("mpirun", find_mpirun() is None)) if absent]
 _HERE = Path(__file__).resolve().parent
-_WITHOUT_MPI = {"test_nccl.py"}
+_WITHOUT_MPI = {"test_nccl.py", "test_initialize.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
