@@ -9,7 +9,8 @@ in a program that never calls it, :class:`LocalEngine` stands for a job of one p
 
 Every method takes and returns C-contiguous NumPy arrays, the same dtype and shape on every rank:
 
-- ``allreduce(x, op)``: the elementwise ``op`` ("sum", "max", "min") over ranks, on every rank;
+- ``allreduce(x, op)``: the elementwise ``op`` ("sum", "max", "min") over ranks, on every rank (the
+  local and MPI engines also take ``out=``, a buffer to write the result into);
 - ``allgather(x)``: every rank's ``x`` stacked on a new leading axis of length ``size``;
 - ``reduce_scatter(x, op)``: ``x``'s leading axis (``size * k`` long) reduced over ranks, rank
   ``r`` keeps rows ``r*k : (r+1)*k``;
@@ -80,9 +81,12 @@ class LocalEngine:
     rank = 0
     size = 1
 
-    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    def allreduce(self, x: np.ndarray, op: str = "sum", out: np.ndarray | None = None) -> np.ndarray:
         check_reduction("allreduce", op)
-        return np.array(x, copy=True)
+        if out is None:
+            return np.array(x, copy=True)
+        np.copyto(out, x)
+        return out
 
     def allgather(self, x: np.ndarray) -> np.ndarray:
         return np.array(x, copy=True)[None]

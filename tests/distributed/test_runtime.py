@@ -25,6 +25,8 @@ for debug, timeout in (("0", ""), ("1", ""), ("0", "30"), ("1", "30")):
            engine.reduce_scatter(np.arange(4.0) + r).tolist(), engine.broadcast(x, root=1).tolist(),
            engine.ppermute(x, [(0, 1), (1, 0)]).tolist()]
     engine.barrier()
+    buffer = np.zeros_like(x)
+    assert engine.allreduce(x, out=buffer) is buffer and buffer.tolist() == got[0]
     results[debug + timeout] = got
 print(json.dumps([dist.process_index(), dist.process_count(), engine.name, dist.launched_by(), results]))
 os.environ["FUNCGRAD_DEBUG_COLLECTIVES"], os.environ["FUNCGRAD_COLLECTIVE_TIMEOUT"] = "0", ""
