@@ -24,7 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad.util.collective_engine import check_permutation, check_reduction
+from funcgrad.util.collective_engine import (
+    check_permutation,
+    check_reduction,
+    collective_timeout,
+    debug_collectives,
+    describe_call,
+)
 
 
 class NCCLUnavailableError(ImportError):
@@ -158,10 +164,11 @@ class NCCLEngine:
     name = "nccl"
 
     def __init__(self, comm: Any = None, device: int | None = None) -> None:
-        from funcgrad.distributed.mpi import import_mpi
+        from funcgrad.distributed.mpi import MPIEngine, import_mpi
         self.nccl = load_nccl()
         MPI = import_mpi()
         self.mpi = MPI.COMM_WORLD if comm is None else comm
+        self.host = MPIEngine(self.mpi)  # the unique id's broadcast and FUNCGRAD_DEBUG_COLLECTIVES's check
         self.device = _local_rank() if device is None else device
         self.cuda = _Cuda(self.device)
         unique = _UniqueId()
@@ -193,6 +200,8 @@ class NCCLEngine:
 
     def _collective(self, what: str, x: np.ndarray, out_shape: tuple[int, ...], launch: Any) -> np.ndarray:
         send = np.ascontiguousarray(x)
+        if debug_collectives() and self.size > 1:  # (FUNCGRAD_COLLECTIVE_TIMEOUT covers only this check here)
+            self.host._check_same_call(describe_call(what, send), collective_timeout())
         out = np.empty(out_shape, send.dtype)
         device_in = self.cuda.upload(send)
         device_out = self.cuda.empty(out.nbytes)
