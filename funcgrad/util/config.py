@@ -22,6 +22,10 @@ OPTIONS: dict[str, tuple[str, str]] = {
                                "random bits in JAX's default layout: element i hashes counter (0, i), one hash "
                                "per element (off: JAX's classic layout, counters split in halves); read when "
                                "a sampler is traced"),
+    "debug_collectives": ("FUNCGRAD_DEBUG_COLLECTIVES",
+                          "before each collective across processes, check that every rank calls the same one "
+                          "with the same shapes and dtypes (one small allgather more a call); raise on every "
+                          "rank naming each rank's call"),
 }
 DEFAULTS: dict[str, bool] = {"threefry_partitionable": True}  # the value when neither update nor the variable sets it
 # the options that change what tracing produces: part of every jit cache key (JAX's trace context), so

@@ -255,6 +255,58 @@ def _debug_level() -> Any:
     return debug_level()
 
 
+class _FakeComm:
+    """Two ranks as rank 0 sees them, for the distributed rows: rank 1's debug signature is another call;
+    a nonblocking collective never completes (rank 1 never joins)."""
+
+    def Get_rank(self) -> int:
+        return 0
+
+    def Get_size(self) -> int:
+        return 2
+
+    def Allgather(self, send: np.ndarray, out: np.ndarray) -> None:
+        out[0] = send
+        other = json.dumps(["allgather float32[3]", "train.py:14"]).encode()
+        out[1] = 0
+        out[1, :len(other)] = np.frombuffer(other, np.uint8)
+
+    def Iallreduce(self, send: np.ndarray, out: np.ndarray, op: Any = None) -> object:
+        return object()
+
+
+def _fake_mpi_engine() -> Any:
+    from funcgrad.distributed.mpi import MPIEngine
+    engine = MPIEngine.__new__(MPIEngine)
+    engine.comm = _FakeComm()
+    engine.MPI = mock.Mock(SUM="sum", MAX="max", MIN="min", Request=mock.Mock(Testall=lambda requests: False))
+    return engine
+
+
+def _mismatched_collective() -> Any:
+    with mock.patch.dict(os.environ, {"FUNCGRAD_DEBUG_COLLECTIVES": "1", "FUNCGRAD_COLLECTIVE_TIMEOUT": ""}):
+        return _fake_mpi_engine().allreduce(np.ones(4, np.float32))
+
+
+def _hung_collective() -> Any:
+    with mock.patch.dict(os.environ, {"FUNCGRAD_DEBUG_COLLECTIVES": "0", "FUNCGRAD_COLLECTIVE_TIMEOUT": "0.05"}):
+        return _fake_mpi_engine().allreduce(np.ones((2, 2), np.float32))
+
+
+def _nccl_missing() -> Any:
+    from funcgrad.distributed import nccl
+    with mock.patch.object(nccl, "_LIBRARY", []), \
+            mock.patch.object(nccl, "nccl_candidates", lambda: ["libnccl.so.2"]), \
+            mock.patch.object(nccl.ctypes, "CDLL", mock.Mock(side_effect=OSError("libnccl.so.2: cannot open shared "
+                                                                                 "object file"))):
+        return nccl.nccl_version()
+
+
+def _collective_timeout() -> Any:
+    from funcgrad.util.collective_engine import collective_timeout
+    return collective_timeout()
+
+
 ENV_DEFAULT = re.compile(r"; unset it for the default \(.*\)")
 
 CONCRETIZATION_ADVICE = (". Python control flow on traced values cannot be recorded: use fg.lax.cond / "
@@ -667,6 +719,29 @@ ROWS: list[Row] = [
         E("FUNCGRAD_CACHE_MAX_MB='0' (environment variable): expected a whole number of megabytes >= 1", ENV_DEFAULT)),
     Row("E-env-7", _with_environment("FUNCGRAD_COMPILER", "gcc", _compiler_mode), ValueError,
         E("FUNCGRAD_COMPILER='gcc' (environment variable): expected 'worker' or 'inprocess'", ENV_DEFAULT)),
+    Row("E-env-8", _with_environment("FUNCGRAD_COLLECTIVE_TIMEOUT", "soon", _collective_timeout), ValueError,
+        E("FUNCGRAD_COLLECTIVE_TIMEOUT='soon' (environment variable): expected a number of seconds >= 0 (0: no "
+          "timeout)", ENV_DEFAULT)),
+    # --- distributed (funcgrad.distributed) ----------------------------------------------------------------
+    Row("E-distributed-1", lambda: fg.distributed.initialize(num_processes=4), RuntimeError,
+        E("funcgrad.distributed.initialize: num_processes=4, but the job (no launcher, engine local) has 1 process")),
+    Row("E-distributed-2", lambda: fg.distributed.initialize(process_id=3), RuntimeError,
+        E("funcgrad.distributed.initialize: process_id=3, but the launcher (no launcher, engine local) made this "
+          "process rank 0 of 1")),
+    Row("E-distributed-3", lambda: fg.distributed.initialize(coordinator_address="10.0.0.1"), ValueError,
+        E("funcgrad.distributed.initialize: coordinator_address '10.0.0.1' is not 'host:port'")),
+    Row("E-distributed-4", _mismatched_collective, RuntimeError,
+        E("allreduce(sum) float32[4] on rank 0: ranks disagree on the collective they call "
+          "(FUNCGRAD_DEBUG_COLLECTIVES=1): rank 0: allreduce(sum) float32[4] at ", NAME, ":", NUM, "; rank 1: "
+          "allgather float32[3] at train.py:14; every rank must call the same collectives in the same order with the "
+          "same shapes and dtypes")),
+    Row("E-distributed-5", _hung_collective, TimeoutError,
+        E("allreduce(sum) float32[2, 2]: not complete after 0.05 s (FUNCGRAD_COLLECTIVE_TIMEOUT) on rank 0 of 2: "
+          "another rank has not called it (it failed, finished, or waits in another collective; "
+          "FUNCGRAD_DEBUG_COLLECTIVES=1 names each rank's call)")),
+    Row("E-distributed-6", _nccl_missing, ImportError,
+        E("funcgrad.distributed.nccl: libnccl.so.2 cannot be loaded (pip install nvidia-nccl-cu12); tried "
+          "libnccl.so.2 (libnccl.so.2: cannot open shared object file)")),
     # --- datasets ------------------------------------------------------------------------------------------
     Row("E-dataset-1", lambda: datasets.read_idx("missing.idx"), FileNotFoundError,
         E("[Errno 2] No such file or directory: 'missing.idx'")),
