@@ -43,7 +43,8 @@ __all__ = [
     "device_put", "devices",
     "EscapedTracerError", "IR", "ShapedArray", "Tensor", "TracerError",
     "checkpoint", "checkpoint_name", "checkpoint_policies", "print_saved_residuals", "saved_residuals",
-    "custom_jvp", "custom_vjp", "datasets", "distributed", "dtypes", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev",
+    "custom_jvp", "custom_vjp", "datasets", "distributed", "dtypes", "eval_shape", "grad", "hessian", "jacfwd",
+    "jacobian", "jacrev",
     "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",
     "value_and_grad", "vjp", "vmap",
 ]
