@@ -14,7 +14,7 @@ The functional form is ``params = dp.broadcast(params)`` once and
 ``grads = dp.allreduce_gradients(grads)`` between ``fg.grad`` and ``optimizer.update``.
 
 How the gradients travel (PyTorch DDP's buckets, Horovod's tensor fusion): the leaves are grouped
-by dtype and packed, in order, into contiguous host buffers of about ``bucket_mb`` (25 MB) each; a
+by the dtype they are summed in and packed, in order, into contiguous host buffers of about ``bucket_mb`` (25 MB) each; a
 leaf larger than that has a bucket of its own. Each bucket is one ``allreduce`` of the engine
 (``funcgrad.util.collective_engine.get_engine()``), divided by the number of processes, and split
 back into leaves. The layout depends only on the leaves' shapes and dtypes, so every rank builds the
@@ -81,9 +81,10 @@ def _bucket_bytes(what: str, bucket_mb: float) -> int:
 def plan_buckets(shapes: Sequence[tuple[int, ...]], leaf_dtypes: Sequence[Any],
                  bucket_mb: float = DEFAULT_BUCKET_MB) -> list[Bucket]:
     """Group leaves (by shape and dtype) into buckets of at most ``bucket_mb`` megabytes each (a
-    larger leaf alone), one dtype per bucket, leaves in their order within each dtype.
+    larger leaf alone), one wire dtype per bucket (16-bit floats join the float32 ones), leaves in
+    their order within each wire dtype.
 
-    >>> [b.members for b in plan_buckets([(3,), (2, 2), (5,)], ["float32", "float16", "float32"])]
+    >>> [b.members for b in plan_buckets([(3,), (2, 2), (5,)], ["float32", "float64", "float16"])]
     [(0, 2), (1,)]
     """
     limit = _bucket_bytes("plan_buckets", bucket_mb)
