@@ -185,11 +185,15 @@ def allreduce_gradients(grads: Any, op: str = "mean", bucket_mb: float = DEFAULT
     return tree.unflatten(treedef, [_like(leaf, value) for leaf, value in zip(leaves, reduced)])
 
 
+def _check_root(what: str, root: int, engine: CollectiveEngine) -> None:
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < engine.size:
+        processes = "1 process" if engine.size == 1 else f"{engine.size} processes"
+        raise ValueError(f"{what}: root {root!r} is not a rank of a job of {processes}")
+
+
 def _broadcast_arrays(what: str, arrays: Sequence[np.ndarray], root: int, bucket_mb: float,
                       engine: CollectiveEngine) -> list[np.ndarray]:
     """Rank ``root``'s arrays on every rank: raw bytes packed into buckets, one broadcast each."""
-    if not 0 <= root < engine.size:
-        raise ValueError(f"{what}: root {root} is not a rank of a job of {engine.size} processes")
     limit = _bucket_bytes(what, bucket_mb)
     spans = [-(-a.nbytes // BROADCAST_ALIGN) * BROADCAST_ALIGN for a in arrays]
     groups: list[list[int]] = []
@@ -237,9 +241,8 @@ def broadcast(values: Any, root: int = 0, bucket_mb: float = DEFAULT_BUCKET_MB) 
     _check_concrete("broadcast", leaves)
     engine = get_engine()
     _bucket_bytes("broadcast", bucket_mb)
+    _check_root("broadcast", root, engine)
     if engine.size == 1:
-        if root != 0:
-            raise ValueError(f"broadcast: root {root} is not a rank of a job of 1 process")
         return values
     arrays = _host_arrays(leaves)
     _signature_check("broadcast", arrays, engine)
@@ -267,9 +270,8 @@ def broadcast_parameters(obj: Any, root: int = 0, bucket_mb: float = DEFAULT_BUC
     _check_concrete("broadcast_parameters", tensors)
     engine = get_engine()
     _bucket_bytes("broadcast_parameters", bucket_mb)
+    _check_root("broadcast_parameters", root, engine)
     if engine.size == 1:
-        if root != 0:
-            raise ValueError(f"broadcast_parameters: root {root} is not a rank of a job of 1 process")
         return
     arrays = _host_arrays(tensors)
     _signature_check("broadcast_parameters", arrays, engine)
