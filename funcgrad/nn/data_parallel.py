@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad.autograd import set_grad
-from funcgrad.core.tensor import Tensor
+from funcgrad.core.tensor import Tensor, tensor_from_host
 from funcgrad.ir import dtypes
 from funcgrad.lazy import LazyBuffer, realize
 from funcgrad.nn.optim import Optimizer
@@ -127,9 +127,10 @@ def _host_arrays(leaves: Sequence[Any]) -> list[np.ndarray]:
 
 
 def _like(leaf: Any, value: np.ndarray) -> Any:
-    """``value`` in the form of ``leaf``: a Tensor on its device, a NumPy array, or a Python scalar."""
+    """``value`` in the form of ``leaf``: a Tensor on its device, a NumPy array, or a Python scalar.
+    A Tensor holds ``value`` itself (no copy: the reduced bucket is fresh and nothing else writes it)."""
     if isinstance(leaf, Tensor):
-        result = Tensor(value, dtype=leaf.dtype)
+        result = tensor_from_host(value.astype(leaf.dtype, copy=False))
         return result if result.device == leaf.device else result.to(leaf.device)
     if isinstance(leaf, np.ndarray):
         return value
@@ -151,10 +152,16 @@ def _reduce_leaves(what: str, arrays: Sequence[np.ndarray], op: str, bucket_mb: 
             raise TypeError(f"{what}: leaf {index} has dtype {array.dtype.name}; gradients are floating point")
     results: list[np.ndarray] = [np.empty(0)] * len(arrays)
     for bucket in plan_buckets([a.shape for a in arrays], [a.dtype for a in arrays], bucket_mb):
-        buffer = np.empty(bucket.length, bucket.wire)
-        for member, offset, size in zip(bucket.members, bucket.offsets, bucket.sizes):
-            buffer[offset:offset + size] = arrays[member].reshape(-1)
+        alone = arrays[bucket.members[0]]
+        if len(bucket.members) == 1 and alone.dtype == bucket.wire and alone.flags.c_contiguous:
+            buffer = alone.reshape(-1)  # one leaf: no packing (the engine only reads its input)
+        else:
+            buffer = np.empty(bucket.length, bucket.wire)
+            for member, offset, size in zip(bucket.members, bucket.offsets, bucket.sizes):
+                buffer[offset:offset + size] = arrays[member].reshape(-1)
         reduced = engine.allreduce(buffer, "sum")
+        if np.may_share_memory(reduced, buffer) or not reduced.flags.writeable:
+            reduced = np.array(reduced, copy=True)  # an engine that handed back its input: never write into a leaf
         if op == "mean":
             reduced /= engine.size
         for member, offset, size in zip(bucket.members, bucket.offsets, bucket.sizes):
