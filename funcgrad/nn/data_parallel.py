@@ -14,12 +14,12 @@ The functional form is ``params = dp.broadcast(params)`` once and
 ``grads = dp.allreduce_gradients(grads)`` between ``fg.grad`` and ``optimizer.update``.
 
 How the gradients travel (PyTorch DDP's buckets, Horovod's tensor fusion): the leaves are grouped
-by the dtype they are summed in and packed, in order, into contiguous host buffers of about ``bucket_mb`` (25 MB) each; a
-leaf larger than that has a bucket of its own. Each bucket is one ``allreduce`` of the engine
-(``funcgrad.util.collective_engine.get_engine()``), divided by the number of processes, and split
-back into leaves. The layout depends only on the leaves' shapes and dtypes, so every rank builds the
-same buckets. 16-bit floats are summed in float32 (MPI has no bfloat16 sum; float32 is also the
-more accurate). Broadcasts pack raw bytes, so one bucket carries leaves of every dtype.
+by the dtype they are summed in and packed, in order, into contiguous host buffers of about
+``bucket_mb`` (25 MB) each; a leaf larger than that has a bucket of its own. Each bucket is one
+``allreduce`` of the engine (``funcgrad.util.collective_engine.get_engine()``), divided by the
+number of processes, and split back into leaves (views of the reduced buffer, no copy). The
+layout depends only on the leaves' shapes and dtypes, so every rank builds the same buckets.
+16-bit floats are summed in float32 (MPI has no bfloat16 sum; float32 is also the more accurate). Broadcasts pack raw bytes, so one bucket carries leaves of every dtype.
 
 With one process (the local engine) every function here is the identity and returns its input
 unchanged: the same script runs with and without ``mpirun``. The all-reduce needs concrete values,
