@@ -19,7 +19,8 @@ by the dtype they are summed in and packed, in order, into contiguous host buffe
 ``allreduce`` of the engine (``funcgrad.util.collective_engine.get_engine()``), divided by the
 number of processes, and split back into leaves (views of the reduced buffer, no copy). The
 layout depends only on the leaves' shapes and dtypes, so every rank builds the same buckets.
-16-bit floats are summed in float32 (MPI has no bfloat16 sum; float32 is also the more accurate). Broadcasts pack raw bytes, so one bucket carries leaves of every dtype.
+16-bit floats are summed in float32 (MPI has no bfloat16 sum; float32 is also the more accurate).
+Broadcasts pack raw bytes, so one bucket carries leaves of every dtype.
 
 With one process (the local engine) every function here is the identity and returns its input
 unchanged: the same script runs with and without ``mpirun``. The all-reduce needs concrete values,
