@@ -48,7 +48,7 @@ TARGET_SPEEDUP = 1.7
 # --- workers (run on every rank under mpirun) --------------------------------------------------------
 
 def _repetitions(nbytes: int, quick: bool) -> int:
-    budget = 0.05 if quick else 0.25  # seconds a timed block aims at (at ~5 GB/s, ~5 us latency)
+    budget = 0.03 if quick else 0.1  # seconds a timed block aims at (at ~5 GB/s, ~5 us latency)
     estimate = 5e-6 + nbytes / 5e9
     return max(2, min(2000, int(budget / estimate)))
 
@@ -99,7 +99,7 @@ def worker_allreduce(quick: bool) -> list[dict[str, Any]]:
         ok = {name: bool(np.isclose(float(np.asarray(result(), np.float64).sum()), expected, rtol=1e-4))
               for name, result in results.items()}
         reps = _repetitions(send.nbytes, quick)
-        medians = _time_ways(comm, ways, reps, 3 if quick else 7)
+        medians = _time_ways(comm, ways, reps, 3 if quick else 5)
         for name, seconds in medians.items():
             rows.append({"bytes": int(send.nbytes), "way": name, "seconds": seconds,
                          "gb_per_s": send.nbytes / seconds / 1e9, "ok": ok[name], "repetitions": reps})

@@ -31,6 +31,9 @@ between them (docs/distributed.md, "Data-parallel training").
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +43,7 @@ from funcgrad.autograd import set_grad
 from funcgrad.core.tensor import Tensor, tensor_from_host
 from funcgrad.ir import dtypes
 from funcgrad.lazy import LazyBuffer, realize
+from funcgrad.lower import pool
 from funcgrad.nn.optim import Optimizer
 from funcgrad.nn.state import get_parameters
 from funcgrad.util import tree
@@ -88,12 +92,17 @@ def plan_buckets(shapes: Sequence[tuple[int, ...]], leaf_dtypes: Sequence[Any],
     >>> [b.members for b in plan_buckets([(3,), (2, 2), (5,)], ["float32", "float64", "float16"])]
     [(0, 2), (1,)]
     """
-    limit = _bucket_bytes("plan_buckets", bucket_mb)
+    return list(_plan(tuple(tuple(int(d) for d in shape) for shape in shapes),
+                      tuple(np.dtype(dtype) for dtype in leaf_dtypes), _bucket_bytes("plan_buckets", bucket_mb)))
+
+
+@functools.lru_cache(maxsize=64)  # a training loop asks for the same layout every step
+def _plan(shapes: tuple[tuple[int, ...], ...], leaf_dtypes: tuple[np.dtype, ...], limit: int) -> tuple[Bucket, ...]:
     open_buckets: dict[np.dtype, list[tuple[int, int]]] = {}  # wire dtype -> (leaf, size) of the bucket being filled
     done: list[tuple[np.dtype, list[tuple[int, int]]]] = []
     for index, (shape, dtype) in enumerate(zip(shapes, leaf_dtypes)):
-        wire = _wire_dtype(np.dtype(dtype))
-        size = int(np.prod(shape, dtype=np.int64))
+        wire = _wire_dtype(dtype)
+        size = math.prod(shape)
         current = open_buckets.setdefault(wire, [])
         used = sum(n for _, n in current) * wire.itemsize
         if current and used + size * wire.itemsize > limit:
@@ -103,10 +112,10 @@ def plan_buckets(shapes: Sequence[tuple[int, ...]], leaf_dtypes: Sequence[Any],
     done.extend((wire, members) for wire, members in open_buckets.items() if members)
     buckets = []
     for wire, members in sorted(done, key=lambda item: item[1][0][0]):  # in order of each bucket's first leaf
-        offsets = np.concatenate([[0], np.cumsum([n for _, n in members])[:-1]]).astype(int)
-        buckets.append(Bucket(wire, tuple(i for i, _ in members), tuple(int(o) for o in offsets),
-                              tuple(n for _, n in members)))
-    return buckets
+        sizes = tuple(n for _, n in members)
+        offsets = tuple(itertools.accumulate(sizes[:-1], initial=0))
+        buckets.append(Bucket(wire, tuple(i for i, _ in members), offsets, sizes))
+    return tuple(buckets)
 
 
 # --- host values in and out ----------------------------------------------------------------------
@@ -157,7 +166,7 @@ def _reduce_leaves(what: str, arrays: Sequence[np.ndarray], op: str, bucket_mb: 
         if len(bucket.members) == 1 and alone.dtype == bucket.wire and alone.flags.c_contiguous:
             buffer = alone.reshape(-1)  # one leaf: no packing (the engine only reads its input)
         else:
-            buffer = np.empty(bucket.length, bucket.wire)
+            buffer = pool.empty((bucket.length,), bucket.wire)  # large ones recycled: no fresh pages a step
             for member, offset, size in zip(bucket.members, bucket.offsets, bucket.sizes):
                 buffer[offset:offset + size] = arrays[member].reshape(-1)
         reduced = engine.allreduce(buffer, "sum")
