@@ -171,6 +171,72 @@ def worker_step(quick: bool, batch: int) -> dict[str, Any]:
             "threads_per_rank": threads, "first_cpu_per_rank": cpus[:, 0].tolist()}
 
 
+def worker_interleaved(quick: bool, batch: int) -> dict[str, Any]:
+    """One 2-rank job that alternates rounds of rank 0 training alone (the local engine; rank 1 sleeps,
+    leaving its core free) with rounds of both ranks training together: on a loaded machine each
+    ratio compares neighbouring moments. Returns the median of the rounds' throughput ratios."""
+    from mpi4py import MPI
+
+    import funcgrad as fg
+    import funcgrad.random as fr
+    from funcgrad import Tensor, nn
+    from funcgrad.nn import data_parallel as dp
+    from funcgrad.nn import functional as F
+    from funcgrad.util.collective_engine import get_engine, set_engine
+
+    fg.distributed.initialize()
+    comm, engine = MPI.COMM_WORLD, get_engine()
+    rank = comm.Get_rank()
+
+    def loss_fn(params: list[dict[str, Any]], x: Any, y: Any) -> Any:
+        for layer in params[:-1]:
+            x = F.relu(x @ layer["w"] + layer["b"])
+        return F.cross_entropy(x @ params[-1]["w"] + params[-1]["b"], y)
+
+    optimizer = nn.optim.adam(1e-3)
+    value_and_grad, update = fg.jit(fg.value_and_grad(loss_fn)), fg.jit(optimizer.update)
+    params = dp.broadcast(_mlp(fr.key(0), (784, 512, 512, 10)))
+    state = optimizer.init(params)
+    rng = np.random.default_rng(rank)
+    x = Tensor(rng.normal(size=(batch, 784)).astype(np.float32))
+    y = Tensor(rng.integers(0, 10, batch).astype(np.int32))
+
+    def steps(count: int) -> float:
+        nonlocal params, state
+        start = time.perf_counter()
+        for _ in range(count):
+            _, grads = value_and_grad(params, x, y)
+            params, state = update(dp.allreduce_gradients(grads), state, params)
+            params[-1]["b"].realize()
+        return (time.perf_counter() - start) / count
+
+    def idle_barrier() -> None:  # a barrier that sleeps instead of spinning (MPI's Barrier spins)
+        request = comm.Ibarrier()
+        while not request.Test():
+            time.sleep(0.001)
+
+    steps(3)  # compile, then settle (together: the same plans serve both modes)
+    per_round = 5 if quick else 12
+    alone, independent, together = [], [], []
+    for _ in range(3 if quick else 6):
+        set_engine(None)
+        if rank == 0:
+            alone.append(steps(per_round))
+        idle_barrier()
+        comm.Barrier()  # both ranks at once, each with the local engine: what the machine's cores allow
+        independent.append(comm.allreduce(steps(per_round), op=MPI.MAX))
+        idle_barrier()
+        set_engine(engine)
+        comm.Barrier()
+        together.append(float(engine.allreduce(np.array([steps(per_round)]), "max")[0]))
+    alone = comm.bcast(alone)
+    ratios = [2 * a / t for a, t in zip(alone, together)]
+    ceilings = [2 * a / i for a, i in zip(alone, independent)]
+    return {"batch_per_rank": batch, "alone_seconds": alone, "independent_seconds": independent,
+            "together_seconds": together, "speedups": ratios, "speedup": statistics.median(ratios),
+            "ceilings": ceilings, "ceiling": statistics.median(ceilings)}
+
+
 # --- the driver ---------------------------------------------------------------------------------------
 
 def _mpirun() -> str:
@@ -209,11 +275,14 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the figures here")
     parser.add_argument("--tcp", action="store_true", help="Open MPI's TCP transport over loopback")
     parser.add_argument("--batch", type=int, default=256, help="rows per rank of the data-parallel step")
-    parser.add_argument("--worker", choices=["allreduce", "step"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["allreduce", "step", "interleaved"], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
-        result = worker_allreduce(args.quick) if args.worker == "allreduce" else worker_step(args.quick, args.batch)
+        workers = {"allreduce": lambda: worker_allreduce(args.quick),
+                   "step": lambda: worker_step(args.quick, args.batch),
+                   "interleaved": lambda: worker_interleaved(args.quick, args.batch)}
+        result = workers[args.worker]()
         from funcgrad.distributed import process_index
         if process_index() == 0:
             print("RESULT " + json.dumps(result), flush=True)
@@ -244,7 +313,9 @@ def main() -> None:
 
     one = launch(1, "step", flags + ["--batch", str(args.batch)], args.tcp)
     two = launch(2, "step", flags + ["--batch", str(args.batch)], args.tcp)
-    speedup = two["rows_per_s"] / one["rows_per_s"]
+    separate = two["rows_per_s"] / one["rows_per_s"]
+    mixed = launch(2, "interleaved", flags + ["--batch", str(args.batch)], args.tcp)
+    speedup = mixed["speedup"]
     print(f"\ndata-parallel step (784-512-512-10 MLP, Adam, batch {args.batch} a rank, one core and "
           f"{one['threads_per_rank'][0]} funcgrad thread a rank):")
     for result in (one, two):
@@ -252,6 +323,14 @@ def main() -> None:
               f"({result['allreduce_seconds_per_step'] * 1e3:.2f} ms of it in allreduce_gradients), "
               f"{result['rows_per_s']:8.0f} rows/s (threads per rank {result['threads_per_rank']}, "
               f"first CPUs {result['first_cpu_per_rank']})")
+    print(f"  separate jobs: 2 ranks {separate:.2f}x one rank's rows/s")
+    print(f"  interleaved in one job (rank 0 alone, then both, {len(mixed['speedups'])} rounds): 2 ranks "
+          f"{speedup:.2f}x (median; rounds {', '.join(f'{r:.2f}' for r in mixed['speedups'])}; "
+          f"alone {statistics.median(mixed['alone_seconds']) * 1e3:.1f} ms, together "
+          f"{statistics.median(mixed['together_seconds']) * 1e3:.1f} ms a step)")
+    print(f"  the machine's ceiling: both ranks stepping at once without communicating, "
+          f"{mixed['ceiling']:.2f}x one rank alone ({statistics.median(mixed['independent_seconds']) * 1e3:.1f} ms "
+          f"a step); data-parallel efficiency against it {speedup / mixed['ceiling']:.0%}")
     largest_size = _size(max(by_size))
     bandwidth_met = min(fraction.values()) >= TARGET_BANDWIDTH_FRACTION
     print(f"\ntargets: allreduce at {largest_size}: engine {fraction['engine']:.0%}, allreduce_gradients "
@@ -260,7 +339,8 @@ def main() -> None:
           f"2 ranks {speedup:.2f}x one rank's throughput (target >= {TARGET_SPEEDUP}x: "
           f"{'met' if speedup >= TARGET_SPEEDUP else 'not met'})")
     if args.json:
-        Path(args.json).write_text(json.dumps({"allreduce": rows, "step": [one, two], "speedup": speedup,
+        Path(args.json).write_text(json.dumps({"allreduce": rows, "step": [one, two], "interleaved": mixed,
+                                               "speedup": speedup, "separate_speedup": separate,
                                                "bandwidth_fraction": fraction, "tcp": args.tcp}, indent=1))
 
 
