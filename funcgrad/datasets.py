@@ -280,12 +280,21 @@ class DataLoader:
     so every pass over the data (every ``iter()``) has a new order and a run is reproducible.
     ``drop_last`` leaves out a final batch smaller than ``batch_size``.
 
+    ``shard=(index, count)`` (data-parallel training: ``(process_index(), process_count())``) makes
+    this loader one of ``count`` that split every epoch: the global batch ``k`` is
+    ``count * batch_size`` consecutive rows of the epoch's order (the same on every rank: pass the
+    same ``key``), and shard ``index`` yields its ``index``-th part, ``batch_size`` rows. The shards
+    are disjoint and equal-sized, and together they are what one loader of ``count * batch_size``
+    rows yields. The ``num_rows % count`` rows at the end of each epoch's order are left out (a
+    different few each shuffled epoch), so that every shard has the same number of batches.
+
     >>> loader = DataLoader(X, Y, batch_size=32, shuffle=True, key=fr.key(0))   # doctest: +SKIP
     >>> for x, y in loader: ...                                                # doctest: +SKIP
+    >>> DataLoader(X, Y, batch_size=32, shuffle=True, key=fr.key(0), shard=(rank, ranks))  # doctest: +SKIP
     """
 
     def __init__(self, *arrays: Any, batch_size: int, shuffle: bool = False, key: Any = None,
-                 drop_last: bool = False) -> None:
+                 drop_last: bool = False, shard: tuple[int, int] | None = None) -> None:
         if not arrays:
             raise ValueError("DataLoader needs at least one array")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -304,6 +313,11 @@ class DataLoader:
         if shuffle and key is not None and not (isinstance(key, Tensor | np.ndarray) and key.shape == (2,)
                                                 and key.dtype == np.uint32):
             raise TypeError(f"DataLoader: key must be a PRNG key made by fg.random.key(seed), got {key!r}")
+        self.shard_index, self.shard_count = _check_shard(shard, self.num_rows)
+        if shuffle and key is None and self.shard_count > 1:
+            raise ValueError(f"DataLoader: shuffle=True with shard={tuple(shard or ())} needs key=fg.random.key(seed), "
+                             "the same on every rank, so that the shards split one order; a key drawn from the "
+                             "global random state may differ between processes")
         self.key = (fr.next_key() if key is None else key) if shuffle else None
         self.epoch = 0
 
@@ -311,9 +325,14 @@ class DataLoader:
     def num_rows(self) -> int:
         return self._host[0].shape[0]
 
+    @property
+    def shard_rows(self) -> int:
+        """The rows this loader yields in one epoch (before ``drop_last``): ``num_rows // count``."""
+        return self.num_rows // self.shard_count
+
     def __len__(self) -> int:
         """The number of batches in one epoch."""
-        full, rest = divmod(self.num_rows, self.batch_size)
+        full, rest = divmod(self.shard_rows, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
     def order(self, epoch: int) -> np.ndarray:
@@ -322,16 +341,47 @@ class DataLoader:
             return np.arange(self.num_rows)
         return fr.permutation(fr.fold_in(self.key, epoch), self.num_rows).numpy()
 
-    def __iter__(self) -> Iterator[tuple[Tensor, ...]]:
-        rows = self.order(self.epoch)
-        self.epoch += 1
+    def batch_rows(self, epoch: int) -> list[np.ndarray]:
+        """The rows of each batch this loader yields in epoch ``epoch``: of each global batch of
+        ``count * batch_size`` consecutive rows of ``order(epoch)``, the ``index``-th part."""
+        rows, count = self.order(epoch), self.shard_count
+        batches = []
         for batch in range(len(self)):
-            index = rows[batch * self.batch_size:(batch + 1) * self.batch_size]
+            start = batch * self.batch_size
+            size = min(self.batch_size, self.shard_rows - start)  # the last batch may be shorter, alike on every shard
+            first = start * count + self.shard_index * size
+            batches.append(rows[first:first + size])
+        return batches
+
+    def __iter__(self) -> Iterator[tuple[Tensor, ...]]:
+        batches = self.batch_rows(self.epoch)
+        self.epoch += 1
+        for index in batches:
             yield tuple(Tensor(host[index], dtype=dtype) for host, dtype in zip(self._host, self._dtypes))
 
 
+def _check_shard(shard: Any, num_rows: int) -> tuple[int, int]:
+    """``shard`` as ``(index, count)``; ``None`` is the whole data set, ``(0, 1)``."""
+    if shard is None:
+        return 0, 1
+    is_int = lambda value: isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))  # noqa: E731
+    if not isinstance(shard, (tuple, list)) or len(shard) != 2 or not all(is_int(v) for v in shard):
+        raise TypeError(f"DataLoader: shard must be (index, count), two ints such as (process_index(), "
+                        f"process_count()), got {shard!r}")
+    index, count = int(shard[0]), int(shard[1])
+    if count < 1:
+        raise ValueError(f"DataLoader: shard=({index}, {count}): the count of shards must be >= 1")
+    if not 0 <= index < count:
+        raise ValueError(f"DataLoader: shard=({index}, {count}): the index must be in 0..{count - 1}")
+    if count > num_rows:
+        raise ValueError(f"DataLoader: shard=({index}, {count}): {num_rows} rows cannot give each of {count} "
+                         "shards a row")
+    return index, count
+
+
 def batches(*arrays: Any, batch_size: int, shuffle: bool = False, key: Any = None,
-            drop_last: bool = False) -> Iterator[tuple[Tensor, ...]]:
+            drop_last: bool = False, shard: tuple[int, int] | None = None) -> Iterator[tuple[Tensor, ...]]:
     """One epoch of ``DataLoader(*arrays, ...)``."""
-    return iter(DataLoader(*arrays, batch_size=batch_size, shuffle=shuffle, key=key, drop_last=drop_last))
+    return iter(DataLoader(*arrays, batch_size=batch_size, shuffle=shuffle, key=key, drop_last=drop_last,
+                           shard=shard))
 

@@ -1,6 +1,7 @@
 """funcgrad.nn: the training layer. ``Module`` (a pytree automatically), the layers
 (``Linear``, ``Conv2d``, ``BatchNorm2d``, ...), initialisers (``nn.init``), the optimisers
-(``nn.optim``) and state dicts (``nn.state``).
+(``nn.optim``), state dicts (``nn.state``) and data-parallel training across processes
+(``nn.data_parallel``).
 
 >>> model = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))   # doctest: +SKIP
 >>> grads = fg.grad(lambda m, x, y: loss(m(x), y))(model, x, y)                # doctest: +SKIP
@@ -9,6 +10,7 @@
 from funcgrad.nn import functional as functional
 from funcgrad.nn import init, optim
 from funcgrad.nn import state
+from funcgrad.nn import data_parallel
 from funcgrad.nn.module import Module
 from funcgrad.nn.layers import (
     AvgPool2d, BatchNorm, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, GELU, GroupNorm, Identity,
@@ -18,5 +20,5 @@ from funcgrad.nn.layers import (
 __all__ = [
     "AvgPool2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "Conv2d", "Dropout", "Embedding", "Flatten", "GELU",
     "GroupNorm", "Identity", "LayerNorm", "Linear", "MaxPool2d", "Module", "ModuleList", "RMSNorm", "ReLU",
-    "Sequential", "SiLU", "Sigmoid", "Tanh", "functional", "init", "optim", "state",
+    "Sequential", "SiLU", "Sigmoid", "Tanh", "data_parallel", "functional", "init", "optim", "state",
 ]

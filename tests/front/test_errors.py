@@ -770,6 +770,15 @@ ROWS: list[Row] = [
           NUM)),
     Row("E-dataset-10", lambda: datasets.DataLoader(ones(4), batch_size=2, shuffle=True, key=3), TypeError,
         E("DataLoader: key must be a PRNG key made by fg.random.key(seed), got ", ANY)),
+    Row("E-dataset-11", lambda: datasets.DataLoader(ones(4), batch_size=2, shard=(2, 2)), ValueError,
+        E("DataLoader: shard=(", NUM, ", ", NUM, "): the index must be in 0..", NUM)),
+    Row("E-dataset-12", lambda: datasets.DataLoader(ones(4), batch_size=2, shard=2), TypeError,
+        E("DataLoader: shard must be (index, count), two ints such as (process_index(), process_count()), got ",
+          ANY)),
+    Row("E-dataset-13", lambda: datasets.DataLoader(ones(4), batch_size=2, shuffle=True, shard=(0, 2)), ValueError,
+        E("DataLoader: shuffle=True with shard=(", NUM, ", ", NUM, ") needs key=fg.random.key(seed), the same on "
+          "every rank, so that the shards split one order; a key drawn from the global random state may differ "
+          "between processes")),
     # --- nn layers and functions ---------------------------------------------------------------------------
     Row("E-nn-1", lambda: nn.Linear(3, 4)(ones(2, 5)), ValueError,
         E("Linear(", NUM, ", ", NUM, "): expected input with last dimension ", NUM, ", got shape ", SHAPE)),
@@ -848,6 +857,14 @@ ROWS: list[Row] = [
     Row("E-optim-12", _step_with_wrong_grad_shape, ValueError,
         E(NAME, ".step: a parameter of shape ", SHAPE, " has a .grad of shape ", SHAPE)),
     Row("E-optim-13", lambda: optim.step_decay(1.0, 0), ValueError, E("step_decay: step_size must be > 0, got ", ANY)),
+    Row("E-optim-14", lambda: nn.data_parallel.allreduce_gradients({"w": ones(3)}, op="max"), ValueError,
+        E("allreduce_gradients: op must be one of 'mean', 'sum', got ", ANY)),
+    Row("E-optim-15", lambda: fg.jit(nn.data_parallel.allreduce_gradients)({"w": ones(3)}), RuntimeError,
+        E("allreduce_gradients: got a traced value (inside fg.jit, fg.grad or fg.vmap); the collective engine needs "
+          "concrete arrays, so call it outside the transform: jit the gradient and the update as two functions and "
+          "call it between them")),
+    Row("E-optim-16", lambda: nn.data_parallel.broadcast_parameters(nn.Linear(2, 2), root=1), ValueError,
+        E("broadcast_parameters: root ", NUM, " is not a rank of a job of ", ANY)),
     Row("E-autograd-1", lambda: (Tensor.ones(2, requires_grad=True) * 2).backward(), ValueError,
         E("backward() without a gradient needs a scalar loss, got shape ", SHAPE)),
     Row("E-autograd-2", lambda: (Tensor.ones(()) * 2).backward(), RuntimeError,
