@@ -578,3 +578,10 @@ __all__ += [
     "rem", "reshape", "rev", "round", "rsqrt", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign",
     "sin", "sinh", "slice", "sort", "sqrt", "square", "squeeze", "stop_gradient", "sub", "tan", "tanh", "transpose",
 ]
+
+# collectives over named axes (vmap/pmap/shard_map bind the names): funcgrad/parallel.py
+from funcgrad.parallel import (  # noqa: E402
+    all_gather, axis_index, pmax, pmean, pmin, ppermute, psum, psum_scatter,
+)
+
+__all__ += ["all_gather", "axis_index", "pmax", "pmean", "pmin", "ppermute", "psum", "psum_scatter"]
