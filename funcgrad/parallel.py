@@ -220,7 +220,8 @@ def shard_map(fn: Callable[..., Any], *, in_specs: Any, out_specs: Any, axis_nam
 
     @functools.wraps(fn)
     def mapped(*args: Any) -> Any:
-        specs = tuple(in_specs) if isinstance(in_specs, (tuple, list)) else (in_specs,) * len(args)
+        single = isinstance(in_specs, PartitionSpec) or not isinstance(in_specs, (tuple, list))
+        specs = (in_specs,) * len(args) if single else tuple(in_specs)
         if len(specs) != len(args):
             raise ValueError(f"shard_map: {len(specs)} in_specs for {len(args)} arguments")
         sharded = [check(spec, f"in_specs[{i}]") for i, spec in enumerate(specs)]
