@@ -315,7 +315,9 @@ class Jitted:
         # just their types (and the static values)
         simple = False
         dynamic: tuple[Any, ...] = args
-        split = None if kwargs or axis_env_key() else self._positional_split(args) if self.static_argnums else (args, ())
+        # under named axes the signature includes them: the full path
+        positional = not kwargs and not axis_env_key()
+        split = None if not positional else self._positional_split(args) if self.static_argnums else (args, ())
         if split is not None:
             dynamic, statics = split
             # (shape, dtype) rather than the aval: hashed in C, not by attrs' generated __hash__
@@ -406,7 +408,7 @@ class Jitted:
         dynamic, static_values, call_with = self._split(args, kwargs)
         leaves, in_tree = tree.flatten(dynamic)
         avals = [leaf_aval(leaf, f"argument leaf {i}") for i, leaf in enumerate(leaves)]
-        key = (in_tree, tuple(avals), static_values, _aliases(leaves))
+        key: Any = (in_tree, tuple(avals), static_values, _aliases(leaves))
         bound_axes = axis_env_key()
         if bound_axes:  # under vmap/pmap with named axes: the collectives recorded their sizes
             key = (key, bound_axes)

@@ -580,8 +580,6 @@ __all__ += [
 ]
 
 # collectives over named axes (vmap/pmap/shard_map bind the names): funcgrad/parallel.py
-from funcgrad.parallel import (  # noqa: E402
-    all_gather, axis_index, pmax, pmean, pmin, ppermute, psum, psum_scatter,
-)
+from funcgrad.parallel import all_gather, axis_index, pmax, pmean, pmin, ppermute, psum, psum_scatter  # noqa: E402
 
 __all__ += ["all_gather", "axis_index", "pmax", "pmean", "pmin", "ppermute", "psum", "psum_scatter"]

@@ -86,12 +86,13 @@ def vmap_eval(ir: IR, args: Sequence[Any], dims: Sequence[int | None],
         values, in_dims = zip(*(read(a) for a in eqn.inputs)) if eqn.inputs else ((), ())
         multiple = eqn.primitive.multiple_results
         own_axis = frame is not None and _names_axis(eqn, frame.name)
+        out_dims: Any
         if own_axis and eqn.primitive in own_axis_rules:
             assert frame is not None
             outs, out_dims = own_axis_rules[eqn.primitive](list(values), list(in_dims), frame, **eqn.param_dict)
         elif all(d is None for d in in_dims) and not own_axis:
             outs = bind(eqn.primitive, *values, **eqn.param_dict)
-            out_dims: Any = [None] * len(eqn.outputs) if multiple else None
+            out_dims = [None] * len(eqn.outputs) if multiple else None
         else:
             rule = batch_rules.get(eqn.primitive)
             if rule is None:
