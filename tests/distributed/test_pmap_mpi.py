@@ -58,6 +58,7 @@ def run_ranks(code: str, n: int = 2, timeout: float = 60, tcp: bool = False,
 
 
 N_GLOBAL_ROWS = 4   # members of the axis over the whole job
+OUTER_GRAD = ["psum", "pmean", "all_gather", "psum_scatter", "psum_scatter_tiled", "ppermute"]
 rng = np.random.default_rng(1)
 X = rng.standard_normal((N_GLOBAL_ROWS, 3)).astype(np.float32)
 S = rng.standard_normal((N_GLOBAL_ROWS, N_GLOBAL_ROWS, 2)).astype(np.float32)
@@ -84,6 +85,7 @@ SOURCE = textwrap.dedent("""
                                      + (lax.ppermute(x, "i", PERM) * x).sum()),
         "grad_scatter": fg.grad(lambda x, s: (lax.psum_scatter(s, "i") ** 2).sum(), argnums=1),
     }
+    OUTER_GRAD = ["psum", "pmean", "all_gather", "psum_scatter", "psum_scatter_tiled", "ppermute"]
 """)
 
 
@@ -108,6 +110,11 @@ RANK_PROGRAM = SOURCE + textwrap.dedent("""
         results[name] = fg.pmap(fn, axis_name="i")(x, s).numpy()
         # inside jit: the engine calls are host steps of the plan
         results["jit_" + name] = fg.jit(fg.pmap(fn, axis_name="i"))(x, s).numpy()
+    # grad outside pmap: the transposes of the process-level primitives
+    for name in OUTER_GRAD:
+        fn = FUNCTIONS[name]
+        results["outer_grad_" + name] = fg.grad(lambda x, s: (fg.pmap(fn, axis_name="i")(x, s) ** 2).sum(),
+                                                argnums=1 if "scatter" in name else 0)(x, s).numpy()
     # a data-parallel step as shard_map: each rank's block, gradients averaged over the mesh
     w = data["x"][0]
     loss = lambda w, xb: ((xb * w).sum(1) ** 2).mean()
@@ -124,6 +131,10 @@ RANK_PROGRAM = SOURCE + textwrap.dedent("""
 
 def _reference() -> dict[str, np.ndarray]:
     out = {name: np.asarray(fg.vmap(fn, axis_name="i")(X, S)) for name, fn in functions(4).items()}
+    for name in OUTER_GRAD:
+        fn = functions(4)[name]
+        out["outer_grad_" + name] = np.asarray(fg.grad(
+            lambda xs, ss: (fg.vmap(fn, axis_name="i")(xs, ss) ** 2).sum(), argnums=1 if "scatter" in name else 0)(X, S))
     w = X[0]
     grad = fg.grad(lambda w: ((X * w).sum(1) ** 2).mean())(w)
     out["shard_map_step"] = np.asarray(w - 0.1 * grad)
@@ -138,7 +149,7 @@ def _check_ranks(out_dir: Path, local: int) -> None:
         for name, value in expected.items():
             want = value if name == "shard_map_step" else value[rows]
             keys = (name, "jit_" + name) + (("cpu_jit_psum",) if name == "psum" else ())
-            for key in keys if name != "shard_map_step" else (name,):
+            for key in keys if name != "shard_map_step" and not name.startswith("outer") else (name,):
                 np.testing.assert_allclose(got[key], want, rtol=1e-5, atol=1e-5, err_msg=f"rank {rank}: {key}")
 
 
