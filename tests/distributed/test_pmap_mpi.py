@@ -130,11 +130,12 @@ RANK_PROGRAM = SOURCE + textwrap.dedent("""
 
 
 def _reference() -> dict[str, np.ndarray]:
-    out = {name: np.asarray(fg.vmap(fn, axis_name="i")(X, S)) for name, fn in functions(4).items()}
+    member_functions = functions(4)
+    out = {name: np.asarray(fg.vmap(fn, axis_name="i")(X, S)) for name, fn in member_functions.items()}
     for name in OUTER_GRAD:
-        fn = functions(4)[name]
-        out["outer_grad_" + name] = np.asarray(fg.grad(
-            lambda xs, ss: (fg.vmap(fn, axis_name="i")(xs, ss) ** 2).sum(), argnums=1 if "scatter" in name else 0)(X, S))
+        def total(xs: Any, ss: Any, fn: Any = member_functions[name]) -> Any:
+            return (fg.vmap(fn, axis_name="i")(xs, ss) ** 2).sum()
+        out["outer_grad_" + name] = np.asarray(fg.grad(total, argnums=1 if "scatter" in name else 0)(X, S))
     w = X[0]
     grad = fg.grad(lambda w: ((X * w).sum(1) ** 2).mean())(w)
     out["shard_map_step"] = np.asarray(w - 0.1 * grad)
