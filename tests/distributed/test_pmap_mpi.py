@@ -110,6 +110,10 @@ RANK_PROGRAM = SOURCE + textwrap.dedent("""
         results[name] = fg.pmap(fn, axis_name="i")(x, s).numpy()
         # inside jit: the engine calls are host steps of the plan
         results["jit_" + name] = fg.jit(fg.pmap(fn, axis_name="i"))(x, s).numpy()
+    # a compiled plan replayed: its host step calls the engine again, on the new values
+    jitted = fg.jit(fg.pmap(FUNCTIONS["psum"], axis_name="i"))
+    jitted(x, s)
+    results["again_psum"] = jitted(2 * x, s).numpy()
     # grad outside pmap: the transposes of the process-level primitives
     for name in OUTER_GRAD:
         fn = FUNCTIONS[name]
@@ -136,6 +140,7 @@ def _reference() -> dict[str, np.ndarray]:
         def total(xs: Any, ss: Any, fn: Any = member_functions[name]) -> Any:
             return (fg.vmap(fn, axis_name="i")(xs, ss) ** 2).sum()
         out["outer_grad_" + name] = np.asarray(fg.grad(total, argnums=1 if "scatter" in name else 0)(X, S))
+    out["again_psum"] = np.asarray(fg.vmap(member_functions["psum"], axis_name="i")(2 * X, S))
     w = X[0]
     grad = fg.grad(lambda w: ((X * w).sum(1) ** 2).mean())(w)
     out["shard_map_step"] = np.asarray(w - 0.1 * grad)
@@ -150,7 +155,7 @@ def _check_ranks(out_dir: Path, local: int) -> None:
         for name, value in expected.items():
             want = value if name == "shard_map_step" else value[rows]
             keys = (name, "jit_" + name) + (("cpu_jit_psum",) if name == "psum" else ())
-            for key in keys if name != "shard_map_step" and not name.startswith("outer") else (name,):
+            for key in keys if name != "shard_map_step" and not name.startswith(("outer", "again")) else (name,):
                 np.testing.assert_allclose(got[key], want, rtol=1e-5, atol=1e-5, err_msg=f"rank {rank}: {key}")
 
 
