@@ -218,3 +218,17 @@ def test_shard_map_in_one_process_sees_one_block():
         fg.shard_map(lambda g: g * 2, in_specs=P("i"), out_specs=P())(X)
     with pytest.raises(NameError, match="names axis 'j'"):
         fg.shard_map(lambda g: g, in_specs=P("j"), out_specs=P("j"))(X)
+
+
+def test_higher_derivatives_and_jacobians_through_collectives_match_jax():
+    jax = pytest.importorskip("jax")
+    x = X[:, 0]
+    ours = fg.vmap(fg.hessian(lambda v: lax.psum(v ** 3, "i")), axis_name="i")(x)
+    theirs = jax.vmap(jax.hessian(lambda v: jax.lax.psum(v ** 3, "i")), axis_name="i")(x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    ours = fg.jacfwd(fg.vmap(lambda v: lax.all_gather(v * v, "i") * v, axis_name="i"))(x)
+    theirs = jax.jacfwd(jax.vmap(lambda v: jax.lax.all_gather(v * v, "i") * v, axis_name="i"))(x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    ours = fg.jacrev(fg.vmap(lambda v: lax.ppermute(v, "i", PERM) * v, axis_name="i"))(x)
+    theirs = jax.jacrev(jax.vmap(lambda v: jax.lax.ppermute(v, "i", PERM) * v, axis_name="i"))(x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
