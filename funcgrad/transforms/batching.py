@@ -13,6 +13,7 @@ axis parameters by one.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,7 +35,14 @@ own_axis_rules: dict[Primitive, Callable[..., tuple[Any, Any]]] = {}
 # The axis the running vmap_ir binds (None: unnamed). Rules of higher-order primitives batch their
 # sub-IRs with vmap_ir/vmap_eval, which inherit it, so a psum inside a jit, cond or scan sees its axis.
 _INHERIT: Any = object()
-_current_frames: list[AxisFrame | None] = [None]
+
+
+class _RunningFrames(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[AxisFrame | None] = [None]
+
+
+_running = _RunningFrames()
 
 
 def move_to_front(x: Any, dim: int | None) -> Any:
@@ -72,7 +80,7 @@ def batched_aval(aval: ShapedArray, dim: int | None, axis_size: int) -> ShapedAr
 
 def vmap_eval(ir: IR, args: Sequence[Any], dims: Sequence[int | None],
               axis_size: int, frame: AxisFrame | None = _INHERIT) -> tuple[list[Any], list[int | None]]:
-    frame = _current_frames[-1] if frame is _INHERIT else frame
+    frame = _running.stack[-1] if frame is _INHERIT else frame
     env: dict[int, tuple[Any, int | None]] = {}
     for var, const in zip(ir.const_vars, ir.consts):
         env[var.id] = (const, None)
@@ -119,14 +127,14 @@ def vmap_ir(ir: IR, in_dims: Sequence[int | None], axis_size: int,
     axis this batching binds (its collectives become operations over the batch axis); by default the
     one of the vmap_ir running (a sub-IR of a call or a loop), else none."""
     found_dims: list[int | None] = []
-    frame = _current_frames[-1] if frame is _INHERIT else frame
+    frame = _running.stack[-1] if frame is _INHERIT else frame
 
     def run(*args: Tensor) -> list[Any]:
-        _current_frames.append(frame)
+        _running.stack.append(frame)
         try:
             outs, dims = vmap_eval(ir, args, in_dims, axis_size, frame)
         finally:
-            _current_frames.pop()
+            _running.stack.pop()
         if out_dims is not None:
             moved = []
             for out, dim, want in zip(outs, dims, out_dims):

@@ -232,3 +232,19 @@ def test_higher_derivatives_and_jacobians_through_collectives_match_jax():
     ours = fg.jacrev(fg.vmap(lambda v: lax.ppermute(v, "i", PERM) * v, axis_name="i"))(x)
     theirs = jax.jacrev(jax.vmap(lambda v: jax.lax.ppermute(v, "i", PERM) * v, axis_name="i"))(x)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_a_call_or_loop_using_the_axis_is_batched_even_with_unbatched_operands():
+    y = np.float32(2.0)
+    mapped = {"in_axes": (0, None), "axis_name": "i"}
+    index = np.arange(N, dtype=np.float32)
+    np.testing.assert_allclose(
+        fg.vmap(lambda x, y: fg.jit(lambda y: y * lax.axis_index("i"))(y), **mapped)(X, y), 2 * index)
+    np.testing.assert_allclose(
+        fg.vmap(lambda x, y: lax.cond(y > 1, lambda y: lax.psum(y, "i"), lambda y: y, y), **mapped)(X, y),
+        np.full(N, 2 * N))
+    np.testing.assert_allclose(fg.vmap(lambda x, y: lax.scan(lambda c, _: (c + lax.axis_index("i"), None), y, None,
+                                                             length=2)[0], **mapped)(X, y), 2 + 2 * index)
+    np.testing.assert_allclose(  # 2 -> 2 + N = 5: stops
+        fg.vmap(lambda x, y: lax.while_loop(lambda c: c < 5, lambda c: c + lax.psum(1.0, "i"), y), **mapped)(X, y),
+        np.full(N, 5.0))
