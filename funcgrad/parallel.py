@@ -20,6 +20,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from funcgrad.core.tensor import Tensor, as_tensor, bind
 from funcgrad.ir import collectives as C
 from funcgrad.ir.collectives import AxisFrame, lookup_axis
@@ -160,8 +162,15 @@ def pmap(fn: Callable[..., Any], axis_name: Any = None, *, in_axes: Any = 0, out
     name = axis_name
 
     def frame_of(local: int) -> AxisFrame:
-        processes = get_engine().size
-        return AxisFrame(name, local * processes, local, processes)
+        engine = get_engine()
+        if engine.size > 1:
+            # every rank traces this call: a mismatch would give wrong members or a hang later
+            counts = engine.allgather(np.array([local], np.int64)).ravel().tolist()
+            if len(set(counts)) > 1:
+                described = ", ".join(f"rank {rank}: {count}" for rank, count in enumerate(counts))
+                raise ValueError(f"pmap over axis {name!r}: the processes pass different local member counts "
+                                 f"(the leading axis: {described}); every process must pass the same count")
+        return AxisFrame(name, local * engine.size, local, engine.size)
 
     @functools.wraps(fn)
     def mapped(*args: Any, **kwargs: Any) -> Any:

@@ -129,6 +129,11 @@ RANK_PROGRAM = SOURCE + textwrap.dedent("""
     previous, fg.Device.DEFAULT = fg.Device.DEFAULT, "CPU"
     results["cpu_jit_psum"] = fg.jit(fg.pmap(FUNCTIONS["psum"], axis_name="i"))(x, s).numpy()
     fg.Device.DEFAULT = previous
+    # ranks passing different local counts: every rank raises, none hangs
+    try:
+        fg.pmap(FUNCTIONS["psum"], axis_name="i")(data["x"][:rank + 1], data["s"][:rank + 1])
+    except ValueError as error:
+        results["mismatch_error"] = np.array(str(error))
     np.savez(os.path.join(os.environ["OUT"], f"rank{rank}.npz"), **results)
 """)
 
@@ -184,6 +189,9 @@ def test_pmap_with_one_member_per_process_matches_one_process(tmp_path: Any):
             np.testing.assert_allclose(got["jit_" + name], want, rtol=1e-5, atol=1e-5, err_msg=f"rank {rank}: {name}")
             if name == "psum":
                 np.testing.assert_allclose(got["cpu_jit_psum"], want, rtol=1e-5, atol=1e-5)
+        assert str(got["mismatch_error"]) == ("pmap over axis 'i': the processes pass different local member counts "
+                                             "(the leading axis: rank 0: 1, rank 1: 2); every process must pass "
+                                             "the same count")
 
 
 def test_psum_across_processes_is_one_engine_call_per_collective():
