@@ -30,6 +30,7 @@ from funcgrad import lax
 from funcgrad import nn
 from funcgrad import datasets
 from funcgrad import distributed
+from funcgrad.parallel import pmap, shard_map
 from funcgrad.util import config  # fg.config.update("debug_nans", True), as jax.config
 from funcgrad.nan_check import debug_infs, debug_nans
 from funcgrad.placement import block_until_ready, device_put
@@ -46,5 +47,5 @@ __all__ = [
     "custom_jvp", "custom_vjp", "datasets", "distributed", "dtypes", "eval_shape", "grad", "hessian", "jacfwd",
     "jacobian", "jacrev",
     "jit", "jvp", "lax", "linearize", "make_ir", "nn", "numpy", "random", "remat", "stop_gradient", "tree",
-    "value_and_grad", "vjp", "vmap",
+    "value_and_grad", "vjp", "vmap", "pmap", "shard_map",
 ]

@@ -46,6 +46,7 @@ from funcgrad import lazy
 from funcgrad.autograd import recording_grad_writes
 from funcgrad.core.tensor import Tensor, _atom_for, as_tensor, bind
 from funcgrad.core.trace import argument_names, as_output, leaf_aval
+from funcgrad.ir.collectives import axis_env_key
 from funcgrad.ir.core import IR
 from funcgrad.ir.higher_order import jit_p, open_ir
 from funcgrad.ir.simplify import simplify
@@ -314,7 +315,9 @@ class Jitted:
         # just their types (and the static values)
         simple = False
         dynamic: tuple[Any, ...] = args
-        split = None if kwargs else self._positional_split(args) if self.static_argnums else (args, ())
+        # under named axes the signature includes them: the full path
+        positional = not kwargs and not axis_env_key()
+        split = None if not positional else self._positional_split(args) if self.static_argnums else (args, ())
         if split is not None:
             dynamic, statics = split
             # (shape, dtype) rather than the aval: hashed in C, not by attrs' generated __hash__
@@ -406,7 +409,8 @@ class Jitted:
         dynamic, static_values, call_with = self._split(args, kwargs)
         leaves, in_tree = tree.flatten(dynamic)
         avals = [leaf_aval(leaf, f"argument leaf {i}") for i, leaf in enumerate(leaves)]
-        key = (in_tree, tuple(avals), static_values, _aliases(leaves), _config.config.trace_context())
+        # the bound axes: under vmap/pmap with named axes, the collectives recorded their sizes
+        key = (in_tree, tuple(avals), static_values, _aliases(leaves), _config.config.trace_context(), axis_env_key())
         entry = self._cache.get(key)
         if entry is not None:
             return entry, leaves, True

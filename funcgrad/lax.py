@@ -578,3 +578,8 @@ __all__ += [
     "rem", "reshape", "rev", "round", "rsqrt", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign",
     "sin", "sinh", "slice", "sort", "sqrt", "square", "squeeze", "stop_gradient", "sub", "tan", "tanh", "transpose",
 ]
+
+# collectives over named axes (vmap/pmap/shard_map bind the names): funcgrad/parallel.py
+from funcgrad.parallel import all_gather, axis_index, pmax, pmean, pmin, ppermute, psum, psum_scatter  # noqa: E402
+
+__all__ += ["all_gather", "axis_index", "pmax", "pmean", "pmin", "ppermute", "psum", "psum_scatter"]

@@ -13,6 +13,7 @@ from funcgrad.transforms import custom as _custom  # noqa: F401
 from funcgrad.transforms import batching_rules as _batching_rules  # noqa: F401
 from funcgrad.transforms import complex_rules as _complex_rules  # noqa: F401
 from funcgrad.transforms import jit as _jit_rules  # noqa: F401
+from funcgrad.transforms import collective_rules as _collective_rules  # noqa: F401
 from funcgrad.transforms.ad import grad, hessian, jacfwd, jacobian, jacrev, jvp, linearize, value_and_grad, vjp
 from funcgrad.transforms.batching import vmap
 from funcgrad.transforms.custom import (

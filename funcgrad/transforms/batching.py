@@ -13,6 +13,7 @@ axis parameters by one.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,12 +21,28 @@ import numpy as np
 
 from funcgrad.core.tensor import Tensor, bind
 from funcgrad.core.trace import trace_avals
+from funcgrad.ir.collectives import NAMED_COLLECTIVES, AxisFrame, axis_frame, sub_irs, uses_axis
 from funcgrad.ir.core import IR, Literal, ShapedArray
 from funcgrad.ir.primitives import Primitive, broadcast_in_dim_p, transpose_p
 from funcgrad.ir.simplify import simplify
 
 BatchRule = Callable[..., tuple[Any, Any]]
 batch_rules: dict[Primitive, BatchRule] = {}
+# rules of the named-axis collectives over the axis this vmap binds: rule(args, dims, frame, **params)
+# (``transforms/collective_rules.py``); ``batch_rules`` holds their rules over any other axis
+own_axis_rules: dict[Primitive, Callable[..., tuple[Any, Any]]] = {}
+
+# The axis the running vmap_ir binds (None: unnamed). Rules of higher-order primitives batch their
+# sub-IRs with vmap_ir/vmap_eval, which inherit it, so a psum inside a jit, cond or scan sees its axis.
+_INHERIT: Any = object()
+
+
+class _RunningFrames(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[AxisFrame | None] = [None]
+
+
+_running = _RunningFrames()
 
 
 def move_to_front(x: Any, dim: int | None) -> Any:
@@ -62,7 +79,8 @@ def batched_aval(aval: ShapedArray, dim: int | None, axis_size: int) -> ShapedAr
 
 
 def vmap_eval(ir: IR, args: Sequence[Any], dims: Sequence[int | None],
-              axis_size: int) -> tuple[list[Any], list[int | None]]:
+              axis_size: int, frame: AxisFrame | None = _INHERIT) -> tuple[list[Any], list[int | None]]:
+    frame = _running.stack[-1] if frame is _INHERIT else frame
     env: dict[int, tuple[Any, int | None]] = {}
     for var, const in zip(ir.const_vars, ir.consts):
         env[var.id] = (const, None)
@@ -75,9 +93,14 @@ def vmap_eval(ir: IR, args: Sequence[Any], dims: Sequence[int | None],
     for eqn in ir.eqns:
         values, in_dims = zip(*(read(a) for a in eqn.inputs)) if eqn.inputs else ((), ())
         multiple = eqn.primitive.multiple_results
-        if all(d is None for d in in_dims):
+        own_axis = frame is not None and _names_axis(eqn, frame.name)
+        out_dims: Any
+        if own_axis and eqn.primitive in own_axis_rules:
+            assert frame is not None
+            outs, out_dims = own_axis_rules[eqn.primitive](list(values), list(in_dims), frame, **eqn.param_dict)
+        elif all(d is None for d in in_dims) and not own_axis:
             outs = bind(eqn.primitive, *values, **eqn.param_dict)
-            out_dims: Any = [None] * len(eqn.outputs) if multiple else None
+            out_dims = [None] * len(eqn.outputs) if multiple else None
         else:
             rule = batch_rules.get(eqn.primitive)
             if rule is None:
@@ -89,14 +112,29 @@ def vmap_eval(ir: IR, args: Sequence[Any], dims: Sequence[int | None],
     return [r[0] for r in results], [r[1] for r in results]
 
 
+def _names_axis(eqn: Any, name: str) -> bool:
+    """Whether the equation is a collective over ``name`` or holds a sub-IR with one."""
+    if eqn.primitive in NAMED_COLLECTIVES:
+        return bool(eqn.param_dict["axis_name"] == name)
+    return any(uses_axis(sub, name) for sub in sub_irs(eqn.param_dict.values()))
+
+
 def vmap_ir(ir: IR, in_dims: Sequence[int | None], axis_size: int,
-            out_dims: Sequence[int | None] | None = None) -> tuple[IR, list[int | None]]:
+            out_dims: Sequence[int | None] | None = None,
+            frame: AxisFrame | None = _INHERIT) -> tuple[IR, list[int | None]]:
     """Batch ``ir``. With ``out_dims`` given, each batched output is moved to that axis (and an
-    unbatched output is broadcast when its ``out_dims`` entry is not None)."""
+    unbatched output is broadcast when its ``out_dims`` entry is not None). ``frame`` is the named
+    axis this batching binds (its collectives become operations over the batch axis); by default the
+    one of the vmap_ir running (a sub-IR of a call or a loop), else none."""
     found_dims: list[int | None] = []
+    frame = _running.stack[-1] if frame is _INHERIT else frame
 
     def run(*args: Tensor) -> list[Any]:
-        outs, dims = vmap_eval(ir, args, in_dims, axis_size)
+        _running.stack.append(frame)
+        try:
+            outs, dims = vmap_eval(ir, args, in_dims, axis_size, frame)
+        finally:
+            _running.stack.pop()
         if out_dims is not None:
             moved = []
             for out, dim, want in zip(outs, dims, out_dims):
@@ -128,11 +166,14 @@ def _normalize_in_axis(axis: Any, ndim: int, where: str) -> int | None:
 
 
 def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
-         axis_size: int | None = None) -> Callable[..., Any]:
+         axis_size: int | None = None, axis_name: Any = None, *,
+         _frame: Callable[[int], AxisFrame] | None = None) -> Callable[..., Any]:
     """Vectorize ``fn`` over an axis of its arguments.
 
     ``in_axes`` is an int, None, or a pytree prefix of the argument tuple (lists of per-argument
     axes); ``out_axes`` likewise for the output. ``axis_size`` is needed when no input is mapped.
+    ``axis_name`` names the mapped axis for the collectives in ``fn`` (``lax.psum(x, 'i')`` sums
+    over it). ``_frame`` (for ``pmap``) makes the frame binding the name from the local size.
 
     >>> vmap(lambda x, y: x @ y, in_axes=(0, None))(fnp.ones((5, 3)), fnp.ones(3)).shape   # (5,)
     """
@@ -184,7 +225,13 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
         unbatched = [leaf_aval(v)[0] if d is None else
                      ShapedArray(v.shape[:d] + v.shape[d + 1:], v.dtype) for v, d in zip(values, dims)]
         call = (lambda *a: fn(*a[:-1], **a[-1])) if kwargs else fn
-        ir, out_tree = trace_flat(call, [(a, False) for a in unbatched], in_tree, "vmap")
+        frame = None
+        if axis_name is not None:
+            frame = _frame(size) if _frame is not None else AxisFrame(axis_name, size, size)
+            with axis_frame(frame):
+                ir, out_tree = trace_flat(call, [(a, False) for a in unbatched], in_tree, "vmap")
+        else:
+            ir, out_tree = trace_flat(call, [(a, False) for a in unbatched], in_tree, "vmap")
         # array placeholders: a Module counts only array-valued attributes as children
         out_placeholder = tree.unflatten(out_tree, [np.zeros(()) for _ in range(out_tree.num_leaves)])
         try:
@@ -201,7 +248,7 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
                 if not -rank <= want < rank:
                     raise ValueError(f"vmap out_axes {want} is out of range for an output of rank {rank}")
                 normalized.append(want % rank)
-        batched_ir, _ = vmap_ir(ir, dims, size, normalized)
+        batched_ir, _ = vmap_ir(ir, dims, size, normalized, frame=frame)
         outs = [as_tensor(o) for o in evaluate(batched_ir, *values)]
         return tree.unflatten(out_tree, outs)
 

@@ -717,6 +717,35 @@ ROWS: list[Row] = [
           ENV_DEFAULT)),
     Row("E-env-6", _with_environment("FUNCGRAD_CACHE_MAX_MB", "0", _disk_cache), ValueError,
         E("FUNCGRAD_CACHE_MAX_MB='0' (environment variable): expected a whole number of megabytes >= 1", ENV_DEFAULT)),
+    Row("E-collective-1", lambda: fg.vmap(lambda x: lax.psum(x, "k"), axis_name="i")(ones(3)), NameError,
+        E("unbound axis name: 'k' (psum: bind it with fg.vmap(f, axis_name='k') or fg.pmap(f, axis_name='k'); "
+          "names bound here: 'i')")),
+    Row("E-collective-2", lambda: fg.vmap(lambda x: lax.psum_scatter(x, "i"), axis_name="i")(ones(3, 4)),
+        ValueError, E("psum_scatter: dimension 0 of shape (4,) must have the size 3 of axis 'i' (or pass "
+                      "tiled=True), got 4")),
+    Row("E-collective-3", lambda: fg.vmap(lambda x: lax.psum_scatter(x, "i", tiled=True), axis_name="i")(ones(3, 4)),
+        ValueError, E("psum_scatter: dimension 0 of shape (4,) (size 4) is not a multiple of the size 3 of axis 'i'")),
+    Row("E-collective-4", lambda: fg.vmap(lambda x: lax.ppermute(x, "i", [(0, 1), (2, 1)]), axis_name="i")(ones(3)),
+        ValueError, E("ppermute over axis 'i' of size 3: perm ((0, 1), (2, 1)) names a destination more than once")),
+    Row("E-collective-5", lambda: fg.vmap(lambda x: lax.ppermute(x, "i", [(0, 3)]), axis_name="i")(ones(3)),
+        ValueError, E("ppermute over axis 'i' of size 3: perm pair (0, 3) names a rank outside 0..2")),
+    Row("E-collective-6", lambda: fg.vmap(lambda x: lax.all_gather(x, "i", axis=3), axis_name="i")(ones(3, 2)),
+        ValueError, E("all_gather: axis 3 is out of range for an operand of shape (2,) (the new axis counts)")),
+    Row("E-collective-7", lambda: fg.vmap(fg.grad(lambda x: lax.pmax(x, "i")), axis_name="i")(ones(3)),
+        NotImplementedError, E("differentiation rule for 'pmax' is not implemented (as in JAX: select the maximum "
+                               "with a mask and psum it to differentiate)")),
+    Row("E-collective-8", lambda: fg.shard_map(lambda g: g * 2, in_specs=fg.parallel.P("i"),
+                                               out_specs=fg.parallel.P())(ones(3)),
+        ValueError, E("shard_map: an output of spec P() differs between processes (it depends on a block of an "
+                      "argument of spec P('i')): reduce it with a collective such as lax.psum, or give it "
+                      "out_specs=P('i')")),
+    Row("E-collective-9", lambda: fg.shard_map(lambda g: g, in_specs=fg.parallel.P("j"),
+                                               out_specs=fg.parallel.P("j"))(ones(3)),
+        NameError, E("shard_map: in_specs[0] P('j') names axis 'j'; the process mesh's axis is 'i'")),
+    Row("E-collective-10", lambda: fg.vmap(fg.vmap(lambda x: lax.ppermute(x, ("i", "j"), [(0, 1)]), axis_name="j"),
+                                           axis_name="i")(ones(2, 2)),
+        NotImplementedError, E("ppermute over several axes ('i', 'j') is not implemented: permute over one name at "
+                               "a time")),
     Row("E-env-7", _with_environment("FUNCGRAD_COMPILER", "gcc", _compiler_mode), ValueError,
         E("FUNCGRAD_COMPILER='gcc' (environment variable): expected 'worker' or 'inprocess'", ENV_DEFAULT)),
     Row("E-env-8", _with_environment("FUNCGRAD_COLLECTIVE_TIMEOUT", "soon", _collective_timeout), ValueError,

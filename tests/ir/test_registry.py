@@ -103,7 +103,23 @@ SAMPLES.update({
     "scan": ((np.float32(0.0), _vec), {"body": _sub_ir(lambda c, x: (c + x, c * x), _S, _S), "length": 3,
                                        "reverse": False, "num_consts": 0, "num_carry": 1}),
 })
-IMPL_RAISES = {"custom_lin": TypeError}  # only its transpose (the user's bwd) is ever evaluated
+SAMPLES.update({
+    "psum": ((_vec,), {"axis_name": "i"}), "pmax": ((_vec,), {"axis_name": "i"}),
+    "pmin": ((_vec,), {"axis_name": "i"}),
+    "all_gather": ((_vec,), {"axis_name": "i", "axis": 0, "tiled": False, "axis_size": 2}),
+    "psum_scatter": ((f32,), {"axis_name": "i", "scatter_dimension": 0, "tiled": False, "axis_size": 2}),
+    "ppermute": ((_vec,), {"axis_name": "i", "perm": ((0, 1), (1, 0)), "axis_size": 2}),
+    "axis_index": ((), {"axis_name": "i"}),
+    # one process (the local engine): the identity, or its one-rank meaning
+    "process_allreduce": ((_vec,), {"op": "sum"}), "process_allgather": ((_vec,), {"process_count": 1}),
+    "process_reduce_scatter": ((f32,), {"op": "max", "process_count": 1}),
+    "process_ppermute": ((_vec,), {"perm": ((0, 0),)}),
+})
+# only its transpose (the user's bwd) is ever evaluated; a named-axis collective means something only
+# under the vmap/pmap binding its name (which rewrites it)
+IMPL_RAISES = {"custom_lin": (TypeError, "forward-mode")}
+IMPL_RAISES.update({name: (NameError, "outside the vmap/pmap") for name in
+                    ("psum", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "axis_index")})
 
 
 def test_every_primitive_has_a_sample():
@@ -122,7 +138,8 @@ def test_shape_rule_and_reference_impl_agree(name):
     expected = primitive.abstract_eval(*avals, **params)
     expected = expected if primitive.multiple_results else (expected,)
     if name in IMPL_RAISES:
-        with pytest.raises(IMPL_RAISES[name], match="forward-mode"):
+        error, message = IMPL_RAISES[name]
+        with pytest.raises(error, match=message):
             primitive.impl(*operands, **params)
         return
     with np.errstate(all="ignore"):
