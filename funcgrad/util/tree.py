@@ -18,7 +18,7 @@ import builtins
 import collections
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
 import attrs
@@ -92,10 +92,7 @@ def _sorted_keys(mapping: dict) -> tuple:
     try:
         return tuple(sorted(mapping))
     except TypeError:
-        types_seen = sorted({type(key).__name__ for key in mapping})
-        raise ValueError(f"tree.flatten: the keys of a dict must be sortable, but these cannot be compared "
-                         f"with each other (key types {', '.join(types_seen)}): {list(mapping)!r}; use keys of one "
-                         "type, or an OrderedDict (flattened in its own order)") from None
+        raise _unsortable(list(mapping)) from None
 
 
 @functools.cache
@@ -258,6 +255,18 @@ _NEEDS_GUARD = object()              # a _checked value: flatten again, keeping 
 _CHECKED_MAX = 4096
 
 
+def _state(spec: optree.PyTreeSpec) -> Any:
+    """optree's pickle state of a spec: (nodes in post-order, none_is_leaf, namespace), each node
+    (kind, arity, data, entries, custom type, leaves, nodes, a dict's keys in insertion order)."""
+    return spec.__getstate__()  # type: ignore[attr-defined]
+
+
+def _from_state(state: Any) -> optree.PyTreeSpec:
+    spec = optree.PyTreeSpec.__new__(optree.PyTreeSpec)
+    spec.__setstate__(state)  # type: ignore[attr-defined]
+    return spec
+
+
 def _ensure_in_optree(cls: type, kind: _NodeKind) -> None:
     if kind in _NATIVE or cls in _in_optree:
         return
@@ -268,7 +277,7 @@ def _ensure_in_optree(cls: type, kind: _NodeKind) -> None:
     def unflatten_node(aux: Any, children: Iterable[Any]) -> Any:
         return kind.unflatten(cls, aux, tuple(children))
 
-    optree.register_pytree_node(cls, flatten_node, unflatten_node, namespace=_NAMESPACE)  # type: ignore[arg-type]
+    optree.register_pytree_node(cls, flatten_node, unflatten_node, namespace=_NAMESPACE)
     _in_optree.add(cls)
 
 
@@ -284,10 +293,16 @@ def _classify(types: set[type]) -> bool:
     return again
 
 
-@functools.cache
+_kept_whole_cache: dict[type, bool] = {}
+
+
 def _kept_whole(cls: type) -> bool:
-    return cls in (collections.defaultdict, collections.deque) or optree.is_structseq_class(cls) or (
-        getattr(collections, "frozendict", None) is cls)
+    try:
+        return _kept_whole_cache[cls]
+    except KeyError:
+        kept = _kept_whole_cache[cls] = cls in (collections.defaultdict, collections.deque) or bool(
+            optree.is_structseq_class(cls)) or getattr(collections, "frozendict", None) is cls
+        return kept
 
 
 def _guard(is_leaf: IsLeaf) -> Callable[[Any], bool]:
@@ -306,7 +321,8 @@ def _node_of(kind: Any, data: Any, custom_type: Any) -> tuple[type, Any]:
         return collections.OrderedDict, tuple(data)
     if kind == _Kind.NAMEDTUPLE:
         return data, None
-    return {_Kind.NONE: type(None), _Kind.TUPLE: tuple, _Kind.LIST: list}[kind], None
+    builtin: dict[Any, type] = {_Kind.NONE: type(None), _Kind.TUPLE: tuple, _Kind.LIST: list}
+    return builtin[kind], None
 
 
 def _unsortable(keys: list) -> ValueError:
@@ -321,7 +337,7 @@ def _check(spec: optree.PyTreeSpec) -> optree.PyTreeSpec | object:
     sorted key order (optree keeps each dict's insertion order), or _NEEDS_GUARD. Raises for dict
     keys that do not sort and for unhashable aux data (optree's hash leaves custom nodes' data out,
     while equality compares it). Runs once per distinct structure (the result is cached)."""
-    nodes, *rest = spec.__getstate__()
+    nodes, *rest = _state(spec)
     fixed = list(nodes)
     changed = False
     for i, (kind, _arity, data, _entries, _custom, _leaves, _nodes, original) in enumerate(nodes):
@@ -345,13 +361,11 @@ def _check(spec: optree.PyTreeSpec) -> optree.PyTreeSpec | object:
             fixed[i], changed = tuple(node), True
     if not changed:
         return None
-    canonical = optree.PyTreeSpec.__new__(optree.PyTreeSpec)
-    canonical.__setstate__((tuple(fixed), *rest))
-    return canonical
+    return _from_state((tuple(fixed), *rest))
 
 
 def _unhashable(spec: optree.PyTreeSpec) -> TypeError:
-    for kind, _arity, data, _entries, custom, *_ in spec.__getstate__()[0]:
+    for kind, _arity, data, _entries, custom, *_ in _state(spec)[0]:
         try:
             hash(data)
         except TypeError:
@@ -365,7 +379,7 @@ def _unhashable(spec: optree.PyTreeSpec) -> TypeError:
 
 
 def _optree_flatten(tree: PyTree, is_leaf: IsLeaf) -> tuple[list[Any], TreeDef]:
-    leaves_out, spec = optree.tree_flatten(tree, is_leaf, namespace=_NAMESPACE)  # type: ignore[arg-type]
+    leaves_out, spec = optree.tree_flatten(tree, is_leaf, namespace=_NAMESPACE)
     if not _seen_types.issuperset(builtins.map(type, leaves_out)) and _classify(set(builtins.map(type, leaves_out))):
         return _optree_flatten(tree, is_leaf)
     treedef = TreeDef._wrap(spec)
@@ -379,7 +393,7 @@ def _optree_flatten(tree: PyTree, is_leaf: IsLeaf) -> tuple[list[Any], TreeDef]:
     if kept is _NEEDS_GUARD:
         return _optree_flatten(tree, _guard(is_leaf))
     if kept is not None:
-        treedef = TreeDef._wrap(kept)  # type: ignore[arg-type]
+        treedef = TreeDef._wrap(kept)
     return leaves_out, treedef
 
 
@@ -421,7 +435,7 @@ class TreeDef:
         """The root node's aux data: a dict's sorted keys, static fields, custom aux data, ..."""
         if self._spec.is_leaf():
             return None
-        kind, _arity, data, _entries, custom, *_ = self._spec.__getstate__()[0][-1]
+        kind, _arity, data, _entries, custom, *_ = _state(self._spec)[0][-1]
         return _node_of(kind, data, custom)[1]
 
     @property
@@ -445,7 +459,7 @@ class TreeDef:
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # pickled as optree's state with the custom node classes named first: loading registers
         # their rules (found from the classes, or registered by importing their modules) before it
-        state = self._spec.__getstate__()
+        state = _state(self._spec)
         custom = tuple(dict.fromkeys(node[4] for node in state[0] if node[0] == _Kind.CUSTOM))
         return _rebuild_treedef, (custom, state)
 
@@ -482,7 +496,7 @@ class TreeDef:
     def _nodes(self) -> Any:
         """The structure as nested ``(node type, aux, kind, children)``, None for a leaf."""
         stack: list[Any] = []
-        for kind, arity, data, _entries, custom, *_ in self._spec.__getstate__()[0]:
+        for kind, arity, data, _entries, custom, *_ in _state(self._spec)[0]:
             if kind == _Kind.LEAF:
                 stack.append(None)
                 continue
@@ -521,9 +535,7 @@ def _rebuild_treedef(custom: tuple[type, ...], state: tuple[Any, ...]) -> TreeDe
             raise TypeError(f"cannot unpickle a PyTreeDef of {node_type.__qualname__}: the class is not registered "
                             "as a pytree node in this process; import the module that registers it first")
         _ensure_in_optree(node_type, kind)
-    spec = optree.PyTreeSpec.__new__(optree.PyTreeSpec)
-    spec.__setstate__(state)
-    return TreeDef._wrap(spec)
+    return TreeDef._wrap(_from_state(state))
 
 
 # --- public functions ---
