@@ -10,6 +10,10 @@ a class given to `register`/`register_static`; a class with a `__funcgrad_flatte
 optionally `__funcgrad_keys__(aux)` naming its children's path entries); a namedtuple; a dataclass;
 an attrs class. tuple, list, dict, OrderedDict and None are registered here. Everything else --
 arrays, numbers, str, subclasses of list or dict -- is a leaf.
+
+The walking, the TreeDef's hashing and equality and the rebuilding are optree's (C++); what funcgrad
+defines differently from optree (dicts rebuilt in sorted key order, unsortable keys refused,
+defaultdict/deque/structseq leaves) is checked once per distinct structure (`_check`).
 """
 
 from __future__ import annotations
