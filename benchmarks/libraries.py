@@ -68,7 +68,8 @@ def pytree_round(number: int) -> dict[str, float]:
     leaves, treedef = tree.flatten(params)
 
     def best(fn, n: int = number) -> float:
-        return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+        # process CPU time: on a loaded machine wall time mostly measures the waits for a core
+        return min(timeit.repeat(fn, number=n, repeat=5, timer=time.process_time)) / n * 1e6
 
     step = fg.jit(lambda p: fg.tree.map(lambda x: x + 1, p))
     step_list = fg.jit(lambda p: [x + 1 for x in p])
@@ -90,7 +91,7 @@ def pytrees(number: int, rounds: int, before: str | None) -> None:
     """100-leaf pytree figures; with ``before`` (a checkout of funcgrad, e.g. the commit before
     util/tree.py moved onto optree), rounds of it and of this checkout alternate, each in its own
     process."""
-    print("100-leaf pytree (dict of 50 dicts of 2 arrays; jit list: a list of 100), best of 5, us:")
+    print("100-leaf pytree (dict of 50 dicts of 2 arrays; jit list: a list of 100), best of 5, CPU us:")
     checkouts = [("before", before), ("now", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))] \
         if before else [("now", None)]
     for _ in range(rounds):
