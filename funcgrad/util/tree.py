@@ -336,22 +336,27 @@ def _unsortable(keys: list) -> ValueError:
                       "type, or an OrderedDict (flattened in its own order)")
 
 
-def _check(spec: optree.PyTreeSpec) -> optree.PyTreeSpec | object:
+def _check(spec: optree.PyTreeSpec) -> tuple[Any, bool]:
     """What to keep for a new structure: None (``spec`` as it is), a spec whose dicts rebuild in
     sorted key order (optree keeps each dict's insertion order), or _NEEDS_GUARD. Raises for dict
     keys that do not sort and for unhashable aux data (optree's hash leaves custom nodes' data out,
-    while equality compares it). Runs once per distinct structure (the result is cached)."""
+    while equality compares it). Runs once per distinct structure: the result is cached (the
+    second value says whether), except for structures whose custom aux data says
+    ``__funcgrad_uncached__`` (it holds large values, such as a linearization's residuals, which a
+    cache would keep alive)."""
     nodes, *rest = _state(spec)
     fixed = list(nodes)
-    changed = False
+    changed, cacheable = False, True
     for i, (kind, _arity, data, _entries, _custom, _leaves, _nodes, original) in enumerate(nodes):
         if kind in _GUARDED:
-            return _NEEDS_GUARD
+            return _NEEDS_GUARD, False  # rare: not kept, so nothing in it stays alive
         if kind == _Kind.CUSTOM:
             try:
                 hash(data)
             except TypeError:
                 raise _unhashable(spec) from None
+            if getattr(data, "__funcgrad_uncached__", False):
+                cacheable = False
         if kind != _Kind.DICT:
             continue
         keys = list(original) if original is not None else list(data)
@@ -363,9 +368,7 @@ def _check(spec: optree.PyTreeSpec) -> optree.PyTreeSpec | object:
             node = list(nodes[i])
             node[7] = dict.fromkeys(in_order)
             fixed[i], changed = tuple(node), True
-    if not changed:
-        return None
-    return _from_state((tuple(fixed), *rest))
+    return (_from_state((tuple(fixed), *rest)) if changed else None), cacheable
 
 
 def _unhashable(spec: optree.PyTreeSpec) -> TypeError:
@@ -390,10 +393,11 @@ def _optree_flatten(tree: PyTree, is_leaf: IsLeaf) -> tuple[list[Any], TreeDef]:
     try:
         kept = _checked[treedef]
     except KeyError:
-        kept = _check(spec)
-        if len(_checked) >= _CHECKED_MAX:
-            _checked.clear()
-        _checked[treedef] = kept
+        kept, cacheable = _check(spec)
+        if cacheable:
+            if len(_checked) >= _CHECKED_MAX:
+                _checked.clear()
+            _checked[treedef] = kept
     if kept is _NEEDS_GUARD:
         return _optree_flatten(tree, _guard(is_leaf))
     if kept is not None:

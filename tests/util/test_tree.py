@@ -432,3 +432,35 @@ def test_treedef_pickles_and_loads_in_a_process_that_has_not_flattened_the_class
     shown, rebuilt = result.stdout.strip().splitlines()
     assert shown == "PyTreeDef({'a': Pair['t'](*, *), 'b': Plain(a=*, b=Point(x=*, y=*))}) True"
     assert rebuilt.startswith("{'a': <") and "Plain(a=2, b=Point(x=3, y=4))" in rebuilt
+
+
+def test_aux_data_marked_uncached_is_not_kept_alive_by_the_structure_cache() -> None:
+    import gc
+    import weakref
+
+    class Residuals:  # stands for a linearization's saved values (transforms/ad.py marks its aux so)
+        __funcgrad_uncached__ = True
+
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+        def __hash__(self) -> int:
+            return id(self)
+
+    class Held:
+        def __init__(self, value: Any, aux: Residuals) -> None:
+            self.value, self.aux = value, aux
+
+    tree.register(Held, lambda h: ((h.value,), h.aux), lambda aux, ch: Held(ch[0], aux))
+    aux = Residuals()
+    alive = weakref.ref(aux)
+    leaves, treedef = tree.flatten({"h": Held(1.0, aux)})
+    assert leaves == [1.0] and tree.unflatten(treedef, [2.0])["h"].aux is aux
+    del aux, treedef
+    gc.collect()
+    assert alive() is None
+    plain = weakref.ref(kept := Config(7))  # a structure without the mark is cached (it stays alive)
+    tree.structure([kept, Plain(1, 2)])
+    del kept
+    gc.collect()
+    assert plain() is not None
