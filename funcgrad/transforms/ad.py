@@ -203,6 +203,8 @@ def _unflatten_linear(cls: type) -> Callable[[Any, Sequence[Any]], Any]:
 class _Static:
     """A linearization's structure in a TreeDef: compared by identity (the same linear IR)."""
 
+    __funcgrad_uncached__ = True  # it holds the residuals: tree's cache of checked structures must not keep it
+
     def __init__(self, lin: _Linearized) -> None:
         self.lin = lin
 

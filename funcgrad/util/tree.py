@@ -10,6 +10,10 @@ a class given to `register`/`register_static`; a class with a `__funcgrad_flatte
 optionally `__funcgrad_keys__(aux)` naming its children's path entries); a namedtuple; a dataclass;
 an attrs class. tuple, list, dict, OrderedDict and None are registered here. Everything else --
 arrays, numbers, str, subclasses of list or dict -- is a leaf.
+
+The walking, the TreeDef's hashing and equality and the rebuilding are optree's (C++); what funcgrad
+defines differently from optree (dicts rebuilt in sorted key order, unsortable keys refused,
+defaultdict/deque/structseq leaves) is checked once per distinct structure (`_check`).
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ import builtins
 import collections
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
 import attrs
+import optree
 
 PyTree = Any
 IsLeaf = Callable[[Any], bool] | None
@@ -91,10 +96,7 @@ def _sorted_keys(mapping: dict) -> tuple:
     try:
         return tuple(sorted(mapping))
     except TypeError:
-        types_seen = sorted({type(key).__name__ for key in mapping})
-        raise ValueError(f"tree.flatten: the keys of a dict must be sortable, but these cannot be compared "
-                         f"with each other (key types {', '.join(types_seen)}): {list(mapping)!r}; use keys of one "
-                         "type, or an OrderedDict (flattened in its own order)") from None
+        raise _unsortable(list(mapping)) from None
 
 
 @functools.cache
@@ -211,6 +213,12 @@ def _add_kind(cls: type, kind: _NodeKind) -> None:
                          "class once, next to its definition.")
     _registry[cls] = kind
     _kind_cache.pop(cls, None)
+    _seen_types.discard(cls)
+    _checked.clear()
+    if cls in _in_optree:  # found before as a dataclass/attrs/hook node: its new rules replace those
+        optree.unregister_pytree_node(cls, namespace=_NAMESPACE)
+        _in_optree.discard(cls)
+    _ensure_in_optree(cls, kind)
 
 
 def register(cls: type, flatten_fn: Callable[[Any], tuple[Iterable[Any], Hashable]],
@@ -231,42 +239,221 @@ def register_static(cls: T) -> T:
     return cls
 
 
+# --- optree: the C++ walk under flatten/unflatten ---
+#
+# optree (a maintained C++ pytree library) does the walking, the PyTreeSpec (with C++ hashing and
+# equality) and the rebuilding; this module keeps what funcgrad defines on top: which types are
+# nodes (found by exact type, lazily for dataclasses, attrs classes and hook classes, which are
+# registered with optree, in funcgrad's own namespace, on first sight), JAX's rules where optree's
+# differ (dicts rebuilt in sorted key order, dicts with keys that do not sort refused; defaultdict,
+# deque and structseq leaves), the messages, key paths, reprs and pickling.
+
+_NAMESPACE = "funcgrad"
+_NATIVE = (_TUPLE, _LIST, _DICT, _ORDERED_DICT, _NONE, _NAMEDTUPLE)   # optree knows these itself
+_in_optree: set[type] = set()        # the classes registered with optree under _NAMESPACE
+_seen_types: set[type] = set()       # leaf types and optree-registered node types already classified
+_Kind = optree.PyTreeKind
+_GUARDED = {_Kind.DEFAULTDICT, _Kind.DEQUE, _Kind.STRUCTSEQUENCE} | (
+    {_Kind.FROZENDICT} if hasattr(_Kind, "FROZENDICT") else set())   # optree nodes, funcgrad leaves
+_NEEDS_GUARD = object()              # a _checked value: flatten again, keeping _GUARDED types whole
+_CHECKED_MAX = 4096
+
+
+def _state(spec: optree.PyTreeSpec) -> Any:
+    """optree's pickle state of a spec: (nodes in post-order, none_is_leaf, namespace), each node
+    (kind, arity, data, entries, custom type, leaves, nodes, a dict's keys in insertion order)."""
+    return spec.__getstate__()  # type: ignore[attr-defined]
+
+
+def _from_state(state: Any) -> optree.PyTreeSpec:
+    spec = optree.PyTreeSpec.__new__(optree.PyTreeSpec)
+    spec.__setstate__(state)  # type: ignore[attr-defined]
+    return spec
+
+
+def _ensure_in_optree(cls: type, kind: _NodeKind) -> None:
+    if kind in _NATIVE or cls in _in_optree:
+        return
+
+    def flatten_node(obj: Any) -> tuple[Iterable[Any], Hashable]:
+        return kind.flatten(obj)
+
+    def unflatten_node(aux: Any, children: Iterable[Any]) -> Any:
+        return kind.unflatten(cls, aux, tuple(children))
+
+    optree.register_pytree_node(cls, flatten_node, unflatten_node, namespace=_NAMESPACE)
+    _in_optree.add(cls)
+
+
+def _classify(types: set[type]) -> bool:
+    """Note each new leaf type; True if one of them is a node type optree did not know (flatten again)."""
+    again = False
+    for cls in types - _seen_types:
+        kind = _kind_of(cls)
+        if kind is not None and kind not in _NATIVE and cls not in _in_optree:
+            _ensure_in_optree(cls, kind)
+            again = True
+        _seen_types.add(cls)
+    return again
+
+
+_kept_whole_cache: dict[type, bool] = {}
+
+
+def _kept_whole(cls: type) -> bool:
+    try:
+        return _kept_whole_cache[cls]
+    except KeyError:
+        kept = _kept_whole_cache[cls] = cls in (collections.defaultdict, collections.deque) or bool(
+            optree.is_structseq_class(cls)) or getattr(collections, "frozendict", None) is cls
+        return kept
+
+
+def _guard(is_leaf: IsLeaf) -> Callable[[Any], bool]:
+    if is_leaf is None:
+        return lambda x: _kept_whole(type(x))
+    return lambda x: _kept_whole(type(x)) or bool(is_leaf(x))
+
+
+def _node_of(kind: Any, data: Any, custom_type: Any) -> tuple[type, Any]:
+    """(node type, funcgrad aux data) of one node of a PyTreeSpec's state."""
+    if kind == _Kind.CUSTOM:
+        return custom_type, data
+    if kind == _Kind.DICT:
+        return dict, tuple(data)
+    if kind == _Kind.ORDEREDDICT:
+        return collections.OrderedDict, tuple(data)
+    if kind == _Kind.NAMEDTUPLE:
+        return data, None
+    builtin: dict[Any, type] = {_Kind.NONE: type(None), _Kind.TUPLE: tuple, _Kind.LIST: list}
+    return builtin[kind], None
+
+
+def _unsortable(keys: list) -> ValueError:
+    types_seen = sorted({type(key).__name__ for key in keys})
+    return ValueError(f"tree.flatten: the keys of a dict must be sortable, but these cannot be compared "
+                      f"with each other (key types {', '.join(types_seen)}): {keys!r}; use keys of one "
+                      "type, or an OrderedDict (flattened in its own order)")
+
+
+def _check(spec: optree.PyTreeSpec) -> tuple[Any, bool]:
+    """What to keep for a new structure: None (``spec`` as it is), a spec whose dicts rebuild in
+    sorted key order (optree keeps each dict's insertion order), or _NEEDS_GUARD. Raises for dict
+    keys that do not sort and for unhashable aux data (optree's hash leaves custom nodes' data out,
+    while equality compares it). Runs once per distinct structure: the result is cached (the
+    second value says whether), except for structures whose custom aux data says
+    ``__funcgrad_uncached__`` (it holds large values, such as a linearization's residuals, which a
+    cache would keep alive)."""
+    nodes, *rest = _state(spec)
+    fixed = list(nodes)
+    changed, cacheable = False, True
+    for i, (kind, _arity, data, _entries, _custom, _leaves, _nodes, original) in enumerate(nodes):
+        if kind in _GUARDED:
+            return _NEEDS_GUARD, False  # rare: not kept, so nothing in it stays alive
+        if kind == _Kind.CUSTOM:
+            try:
+                hash(data)
+            except TypeError:
+                raise _unhashable(spec) from None
+            if getattr(data, "__funcgrad_uncached__", False):
+                cacheable = False
+        if kind != _Kind.DICT:
+            continue
+        keys = list(original) if original is not None else list(data)
+        try:
+            in_order = sorted(keys)
+        except TypeError:
+            raise _unsortable(keys) from None
+        if keys != in_order:
+            node = list(nodes[i])
+            node[7] = dict.fromkeys(in_order)
+            fixed[i], changed = tuple(node), True
+    return (_from_state((tuple(fixed), *rest)) if changed else None), cacheable
+
+
+def _unhashable(spec: optree.PyTreeSpec) -> TypeError:
+    for kind, _arity, data, _entries, custom, *_ in _state(spec)[0]:
+        try:
+            hash(data)
+        except TypeError:
+            node_type = _node_of(kind, data, custom)[0]
+            return TypeError(
+                f"a {getattr(node_type, '__qualname__', node_type)} node carries unhashable data "
+                f"{data!r}; static fields, register_static instances and custom aux data become "
+                "part of the TreeDef, which is a jit cache key, so they must be hashable (use a tuple, "
+                "not a list).")
+    return TypeError(f"a PyTreeDef of {spec} is not hashable")
+
+
+def _optree_flatten(tree: PyTree, is_leaf: IsLeaf) -> tuple[list[Any], TreeDef]:
+    leaves_out, spec = optree.tree_flatten(tree, is_leaf, namespace=_NAMESPACE)
+    if not _seen_types.issuperset(builtins.map(type, leaves_out)) and _classify(set(builtins.map(type, leaves_out))):
+        return _optree_flatten(tree, is_leaf)
+    treedef = TreeDef._wrap(spec)
+    try:
+        kept = _checked[treedef]
+    except KeyError:
+        kept, cacheable = _check(spec)
+        if cacheable:
+            if len(_checked) >= _CHECKED_MAX:
+                _checked.clear()
+            _checked[treedef] = kept
+    if kept is _NEEDS_GUARD:
+        return _optree_flatten(tree, _guard(is_leaf))
+    if kept is not None:
+        treedef = TreeDef._wrap(kept)
+    return leaves_out, treedef
+
+
 # --- TreeDef ---
 
 class TreeDef:
-    """The structure of a pytree without its leaves: immutable, hashable, compared structurally.
+    """The structure of a pytree without its leaves: immutable, hashable, compared structurally
+    (a wrapper of optree's PyTreeSpec).
 
     >>> structure({'a': 1, 'b': (2, None)})
     PyTreeDef({'a': *, 'b': (*, None)})
     """
 
-    __slots__ = ("node_type", "node_data", "_children", "_kind", "num_leaves", "num_nodes", "_hash")
-    node_type: type | None        # None for a leaf
-    node_data: Any                # the node's aux data: dict keys, static fields, ...
-    num_leaves: int
-    num_nodes: int                # nodes including leaves, as in JAX
-    _children: tuple[TreeDef, ...]
-    _kind: _NodeKind | None       # how to rebuild; not part of equality (node_type decides it)
+    __slots__ = ("_spec", "_hash")
+    _spec: optree.PyTreeSpec
     _hash: int                    # precomputed: TreeDefs are hashed on every jit call
 
-    def __init__(self, kind: _NodeKind | None, node_type: type | None, node_data: Any,
-                 children: tuple[TreeDef, ...]) -> None:
+    def __init__(self) -> None:
+        raise TypeError("TreeDefs come from tree.flatten / tree.structure")
+
+    @classmethod
+    def _wrap(cls, spec: optree.PyTreeSpec) -> TreeDef:
         try:
-            node_hash = hash((node_type, node_data, children))
+            spec_hash = hash(spec)
         except TypeError:
-            raise TypeError(
-                f"a {getattr(node_type, '__qualname__', node_type)} node carries unhashable data "
-                f"{node_data!r}; static fields, register_static instances and custom aux data become "
-                "part of the TreeDef, which is a jit cache key, so they must be hashable (use a tuple, "
-                "not a list).") from None
-        set_ = functools.partial(object.__setattr__, self)
-        set_("node_type", node_type)
-        set_("node_data", node_data)
-        set_("_children", children)
-        set_("_kind", kind)
-        set_("num_leaves", 1 if node_type is None else sum(c.num_leaves for c in children))
-        set_("num_nodes", 1 + sum(c.num_nodes for c in children))
-        set_("_hash", node_hash)
+            raise _unhashable(spec) from None
+        self = object.__new__(cls)
+        object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_hash", spec_hash)
+        return self
+
+    @property
+    def node_type(self) -> type | None:
+        """The root node's type; None for a leaf."""
+        return self._spec.type
+
+    @property
+    def node_data(self) -> Any:
+        """The root node's aux data: a dict's sorted keys, static fields, custom aux data, ..."""
+        if self._spec.is_leaf():
+            return None
+        kind, _arity, data, _entries, custom, *_ = _state(self._spec)[0][-1]
+        return _node_of(kind, data, custom)[1]
+
+    @property
+    def num_leaves(self) -> int:
+        return self._spec.num_leaves
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes including leaves, as in JAX."""
+        return self._spec.num_nodes
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("TreeDef is immutable")
@@ -278,8 +465,11 @@ class TreeDef:
         return self
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # pickled by node type, data and children; loading finds the node type's rules in the registry
-        return _rebuild_treedef, (self.node_type, self.node_data, self._children)
+        # pickled as optree's state with the custom node classes named first: loading registers
+        # their rules (found from the classes, or registered by importing their modules) before it
+        state = _state(self._spec)
+        custom = tuple(dict.fromkeys(node[4] for node in state[0] if node[0] == _Kind.CUSTOM))
+        return _rebuild_treedef, (custom, state)
 
     def __hash__(self) -> int:
         return self._hash
@@ -289,91 +479,74 @@ class TreeDef:
             return True
         if not isinstance(other, TreeDef):
             return NotImplemented
-        return (self._hash == other._hash and self.node_type is other.node_type
-                and self.node_data == other.node_data and self._children == other._children)
+        return self._hash == other._hash and self._spec == other._spec
 
     def children(self) -> list[TreeDef]:
         """TreeDefs of this node's direct children."""
-        return list(self._children)
+        return [TreeDef._wrap(child) for child in self._spec.children()]
 
     def unflatten(self, leaves: Iterable[Any]) -> PyTree:
         """Build a tree of this structure from `leaves`, in flatten order."""
         leaves = list(leaves)
-        if len(leaves) != self.num_leaves:
+        if len(leaves) != self._spec.num_leaves:
             raise ValueError(f"unflatten: {self} has {self.num_leaves} leaves but {len(leaves)} "
                              "leaves were given.")
-        return self._build(iter(leaves))
-
-    def _build(self, leaves: Iterator[Any]) -> PyTree:
-        if self._kind is None:
-            return next(leaves)
-        children = tuple([child._build(leaves) for child in self._children])
-        return self._kind.unflatten(self.node_type, self.node_data, children)
+        return self._spec.unflatten(leaves)
 
     def flatten_up_to(self, tree: PyTree) -> list[Any]:
         """The subtrees of ``tree`` at this structure's leaf positions (``tree`` must have this
         structure down to them)."""
-        out: list[Any] = []
-        self._up_to(tree, out)
-        return out
+        try:
+            return self._spec.flatten_up_to(tree)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"tree {tree!r} does not have the structure {self} ({error})") from None
 
-    def _up_to(self, tree: PyTree, out: list[Any]) -> None:
-        if self._kind is None:
-            out.append(tree)
-            return
-        kind = _kind_of(type(tree))
-        if type(tree) is not self.node_type or kind is None:
-            raise ValueError(f"tree {tree!r} does not have the structure {self} (a "
-                             f"{getattr(self.node_type, '__name__', self.node_type)} node was expected, got "
-                             f"{type(tree).__name__})")
-        children, aux = kind.flatten(tree)
-        children = list(children)
-        if aux != self.node_data or len(children) != len(self._children):
-            raise ValueError(f"tree {tree!r} does not have the structure {self}")
-        for child_def, child in zip(self._children, children):
-            child_def._up_to(child, out)
-
-    def _describe(self) -> str:
-        if self._kind is None:
-            return "*"
-        parts = [child._describe() for child in self._children]
-        return self._kind.describe(self.node_type, self.node_data, parts)
+    def _nodes(self) -> Any:
+        """The structure as nested ``(node type, aux, kind, children)``, None for a leaf."""
+        stack: list[Any] = []
+        for kind, arity, data, _entries, custom, *_ in _state(self._spec)[0]:
+            if kind == _Kind.LEAF:
+                stack.append(None)
+                continue
+            children = stack[len(stack) - arity:]
+            del stack[len(stack) - arity:]
+            node_type, aux = _node_of(kind, data, custom)
+            stack.append((node_type, aux, _kind_of(node_type), children))
+        return stack[0]
 
     def _paths(self, prefix: KeyPath, out: list[KeyPath]) -> None:
-        if self._kind is None:
-            out.append(prefix)
-            return
-        keys = self._kind.child_keys(self.node_type, self.node_data, len(self._children))
-        for key, child in zip(keys, self._children):
-            child._paths(prefix + (key,), out)
+        def walk(node: Any, path: KeyPath) -> None:
+            if node is None:
+                out.append(path)
+                return
+            node_type, aux, kind, children = node
+            for key, child in zip(kind.child_keys(node_type, aux, len(children)), children):
+                walk(child, path + (key,))
+        walk(self._nodes(), prefix)
 
     def __repr__(self) -> str:
-        return f"PyTreeDef({self._describe()})"
+        def describe(node: Any) -> str:
+            if node is None:
+                return "*"
+            node_type, aux, kind, children = node
+            return kind.describe(node_type, aux, [describe(child) for child in children])
+        return f"PyTreeDef({describe(self._nodes())})"
 
 
-_LEAF = TreeDef(None, None, None, ())
+_checked: dict[TreeDef, Any] = {}   # a structure as optree gave it -> what _check said of it
 
 
-def _rebuild_treedef(node_type: type | None, node_data: Any, children: tuple[TreeDef, ...]) -> TreeDef:
-    if node_type is None:
-        return _LEAF
-    kind = _kind_of(node_type)
-    if kind is None:
-        raise TypeError(f"cannot unpickle a PyTreeDef of {node_type.__qualname__}: the class is not registered as a "
-                        "pytree node in this process; import the module that registers it first")
-    return TreeDef(kind, node_type, node_data, children)
+def _rebuild_treedef(custom: tuple[type, ...], state: tuple[Any, ...]) -> TreeDef:
+    for node_type in custom:
+        kind = _kind_of(node_type)
+        if kind is None:
+            raise TypeError(f"cannot unpickle a PyTreeDef of {node_type.__qualname__}: the class is not registered "
+                            "as a pytree node in this process; import the module that registers it first")
+        _ensure_in_optree(node_type, kind)
+    return TreeDef._wrap(_from_state(state))
 
 
 # --- public functions ---
-
-def _flatten_into(tree: PyTree, is_leaf: IsLeaf, leaves: list[Any]) -> TreeDef:
-    kind = None if is_leaf is not None and is_leaf(tree) else _kind_of(type(tree))
-    if kind is None:
-        leaves.append(tree)
-        return _LEAF
-    children, aux = kind.flatten(tree)
-    return TreeDef(kind, type(tree), aux, tuple([_flatten_into(c, is_leaf, leaves) for c in children]))
-
 
 def flatten(tree: PyTree, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeDef]:
     """Leaves of `tree` in a fixed order, and its structure. `is_leaf(x)` True stops descent at x.
@@ -381,9 +554,8 @@ def flatten(tree: PyTree, is_leaf: IsLeaf = None) -> tuple[list[Any], TreeDef]:
     >>> flatten({'b': [2, 3], 'a': 1})
     ([1, 2, 3], PyTreeDef({'a': *, 'b': [*, *]}))
     """
-    leaves_out: list[Any] = []
-    treedef = _flatten_into(tree, is_leaf, leaves_out)
-    return leaves_out, treedef
+    return _optree_flatten(tree, is_leaf)
+
 
 
 def unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> PyTree:

@@ -381,3 +381,86 @@ def test_module_imports_standalone_without_the_funcgrad_package() -> None:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd="/")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "PyTreeDef((*, None))"
+
+
+# --- where optree (the C++ walk under flatten) has other rules, funcgrad's hold ---
+
+def test_defaultdict_deque_and_structseq_are_leaves_as_before_optree() -> None:
+    import os
+    import time
+    counts, queue, stamp = collections.defaultdict(int, {"a": 1}), collections.deque([1, 2]), time.gmtime(0)
+    assert isinstance(os.stat("."), tuple)  # a structseq: optree alone would take it apart
+    for _ in range(2):  # the second time through the cache of checked structures
+        found = tree.leaves({"q": queue, "c": counts, "t": stamp, "x": [1, (2,)]})
+        assert found[0] is counts and found[1] is queue and found[2] is stamp and found[3:] == [1, 2]
+    assert tree.leaves([queue, (1, 2)], is_leaf=lambda x: isinstance(x, tuple)) == [queue, (1, 2)]
+    assert tree.map(lambda x: x, [counts])[0] is counts
+
+
+def test_nested_dicts_rebuild_in_sorted_key_order_whatever_the_insertion_order() -> None:
+    for value in ({"b": [{"z": 1, "a": 2}], "a": 0}, {"a": 0, "b": [{"a": 2, "z": 1}]}):
+        rebuilt = roundtrip(value)
+        assert list(rebuilt) == ["a", "b"] and list(rebuilt["b"][0]) == ["a", "z"]
+        assert rebuilt == value
+        assert list(tree.map(str, value)["b"][0]) == ["a", "z"]
+
+
+def test_unsortable_keys_raise_every_time_not_only_the_first() -> None:
+    for _ in range(2):
+        with pytest.raises(ValueError, match="keys of a dict must be sortable"):
+            tree.structure([{"a": 1, 2: 3}])
+
+
+def test_unhashable_aux_raises_for_a_nested_node_every_time() -> None:
+    for _ in range(2):
+        with pytest.raises(TypeError, match="FrozenLinear node carries unhashable data"):
+            tree.structure({"k": [FrozenLinear(np.ones(1), np.ones(1), activation=["relu"])]})  # type: ignore[arg-type]
+
+
+def test_treedef_pickles_and_loads_in_a_process_that_has_not_flattened_the_class_yet() -> None:
+    import pickle
+    blob = pickle.dumps(tree.structure({"b": Plain(1, Point(2, 3)), "a": Pair(4, 5, "t")}))
+    script = ("import pickle, sys\n"
+              f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+              "import test_tree\n"
+              f"treedef = pickle.loads({blob!r})\n"
+              "print(treedef, treedef == test_tree.tree.structure({'a': test_tree.Pair(0, 0, 't'), "
+              "'b': test_tree.Plain(0, test_tree.Point(0, 0))}))\n"
+              "print(treedef.unflatten(range(5)))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    shown, rebuilt = result.stdout.strip().splitlines()
+    assert shown == "PyTreeDef({'a': Pair['t'](*, *), 'b': Plain(a=*, b=Point(x=*, y=*))}) True"
+    assert rebuilt.startswith("{'a': <") and "Plain(a=2, b=Point(x=3, y=4))" in rebuilt
+
+
+def test_aux_data_marked_uncached_is_not_kept_alive_by_the_structure_cache() -> None:
+    import gc
+    import weakref
+
+    class Residuals:  # stands for a linearization's saved values (transforms/ad.py marks its aux so)
+        __funcgrad_uncached__ = True
+
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+        def __hash__(self) -> int:
+            return id(self)
+
+    class Held:
+        def __init__(self, value: Any, aux: Residuals) -> None:
+            self.value, self.aux = value, aux
+
+    tree.register(Held, lambda h: ((h.value,), h.aux), lambda aux, ch: Held(ch[0], aux))
+    aux = Residuals()
+    alive = weakref.ref(aux)
+    leaves, treedef = tree.flatten({"h": Held(1.0, aux)})
+    assert leaves == [1.0] and tree.unflatten(treedef, [2.0])["h"].aux is aux
+    del aux, treedef
+    gc.collect()
+    assert alive() is None
+    plain = weakref.ref(kept := Config(7))  # a structure without the mark is cached (it stays alive)
+    tree.structure([kept, Plain(1, 2)])
+    del kept
+    gc.collect()
+    assert plain() is not None
