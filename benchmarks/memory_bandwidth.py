@@ -3,11 +3,13 @@
     PYTHONPATH=. python3 benchmarks/memory_bandwidth.py [name fragment ...]
 
 The copy bandwidth is an ``np.copyto`` of the kernels' size (2^22 float32, 16 MiB: inside this machine's
-300 MiB L3) and of 512 MiB (past it), on one thread and on one thread per CPU (each copying its share; NumPy releases the GIL for the
-copy), counting the bytes read plus the bytes written, as STREAM's "copy" does. Each kernel's GB/s is its
-compulsory traffic (every input read once, every output written once; a key or a scalar counts as nothing)
-over its median wall time, for ``fg.jit`` and ``jax.jit`` interleaved; the last column is funcgrad's GB/s
-over the best copy bandwidth of the kernels' size. Wall time: on a shared machine the figures are the load's, not the machine's.
+300 MiB L3) and of 512 MiB (past it), on one thread and on one thread per CPU (each copying its share;
+NumPy releases the GIL for the copy), counting the bytes read plus the bytes written, as STREAM's "copy"
+does. Each kernel's GB/s is its compulsory traffic (every input read once, every output written once; a
+key or a scalar counts as nothing) over its median wall time, for ``fg.jit`` and ``jax.jit`` interleaved;
+the last column is funcgrad's GB/s over the best copy bandwidth of the kernels' size. Wall time: on a
+shared machine the figures are the load's, not the machine's. The samplers are compute-bound (the hash,
+and erfinv's ``log``/``sqrt`` for normal): their GB/s says how far from the memory bound they are.
 """
 
 from __future__ import annotations
@@ -108,8 +110,9 @@ def main(fragments: list[str]) -> None:
                 call()
                 wall[key].append(time.perf_counter() - started)
         rates = {key: moved / float(np.median(times)) / 1e9 for key, times in wall.items()}
-        print(f"{name:24s} {moved / 1e6:6.1f} MB  fg {rates['fg']:6.1f} GB/s  jax {rates['jax']:6.1f} GB/s  "
-              f"fg/copy {rates['fg'] / peak:5.0%}")
+        ms = {key: float(np.median(times)) * 1e3 for key, times in wall.items()}
+        print(f"{name:24s} {moved / 1e6:6.1f} MB  fg {ms['fg']:7.2f} ms {rates['fg']:6.2f} GB/s  "
+              f"jax {ms['jax']:7.2f} ms {rates['jax']:6.2f} GB/s  fg/copy {rates['fg'] / peak:5.1%}")
 
 
 if __name__ == "__main__":
