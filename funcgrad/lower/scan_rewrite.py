@@ -16,7 +16,11 @@ work out of the loop, each exact in real arithmetic (float rounding differs as a
   leading axes, so the product is the 2-D one it was, only longer). The per-step weight-gradient products
   (a contraction over the batch only) become one contraction over batch and time.
 
-Both apply to a fixed point, and to nested scans (each body is compiled as a plan of its own, which
+- **Inputs kept as outputs** (``pass_through``): a ``y`` that is the step's ``xs`` slice (the forward of a
+  scan keeping ``x_t`` for its backward) is the stacked ``xs`` operand itself; the output is replaced by
+  the operand and the per-step copy of the row goes.
+
+All apply to a fixed point, and to nested scans (each body is compiled as a plan of its own, which
 rewrites its scans in turn). ``MAX_STACKED_BYTES`` bounds the memory a rule may add (the stacked operands
 or products); a scan whose operands would exceed it keeps the work in its loop.
 """
@@ -41,17 +45,26 @@ def rewrite_scans(ir: IR) -> IR:
         return ir
     eqns: list[Eqn] = []
     changed = False
+    same: dict[int, Any] = {}  # an outer scan output -> the outer value it equals (``_pass_through``)
     for eqn in ir.eqns:
+        if same and any(isinstance(a, Var) and a.id in same for a in eqn.inputs):
+            eqn = Eqn(eqn.primitive, [_renamed(a, same) for a in eqn.inputs], eqn.params, eqn.outputs)
         if eqn.primitive is not scan_p:
             eqns.append(eqn)
             continue
         loop = _Loop.of(eqn)
         before: list[Eqn] = []
         after: list[Eqn] = []
-        while _hoist(loop, before) or _accumulate(loop, after):
+        while _hoist(loop, before) or _accumulate(loop, after) or _pass_through(loop, same):
             changed = True
         eqns += before + [loop.equation()] + after
-    return IR(ir.in_vars, eqns, ir.outputs, ir.const_vars, ir.consts) if changed else ir
+    if not changed:
+        return ir
+    return IR(ir.in_vars, eqns, [_renamed(a, same) for a in ir.outputs], ir.const_vars, ir.consts)
+
+
+def _renamed(atom: Any, same: dict[int, Any]) -> Any:
+    return same.get(atom.id, atom) if isinstance(atom, Var) else atom
 
 
 @attrs.define
@@ -206,4 +219,18 @@ def _accumulate(loop: _Loop, after: list[Eqn]) -> bool:
             total = moved
         after.append(Eqn(add_p, [init, total], {}, [final]))
         return True
+    return False
+
+
+def _pass_through(loop: _Loop, same: dict[int, Any]) -> bool:
+    """Drop one ``y`` that is the step's ``xs`` slice itself (a scan keeping its input rows as residuals for
+    its backward): its stacked output is that ``xs`` operand, row for row in either direction, so readers of
+    the output read the operand (``same``) and the loop no longer copies the row every step."""
+    slice_of = {v.id: outer for outer, v in loop.xs}
+    for position, (y, stacked) in enumerate(loop.ys):
+        outer = slice_of.get(y.id) if isinstance(y, Var) else None
+        if isinstance(outer, Var) and outer.aval.shape == stacked.aval.shape and outer.aval.dtype == stacked.aval.dtype:
+            del loop.ys[position]
+            same[stacked.id] = outer
+            return True
     return False

@@ -127,3 +127,29 @@ def test_nested_scans_are_rewritten_when_their_body_is_compiled() -> None:
     inner_body = rewrite_scans(outer.param_dict["body"])  # what the outer body's plan does to it
     (inner,) = scans(inner_body)
     assert not [e for e in inner.param_dict["body"].eqns if e.primitive.name == "dot_general"]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_an_xs_slice_kept_as_a_y_is_the_stacked_operand(reverse: bool) -> None:
+    def fn(xs: Any, c: Any) -> Any:  # the ys: the slice itself (twice), and a computed row
+        carry, (same, again, computed) = lax.scan(lambda c, x: (c * x, (x, x, c + x)), c, xs, reverse=reverse)
+        return carry, same * 2.0, again, computed
+    xs, c = f32(5, 3), f32(3)
+    ir, new = assert_same(fn, xs, c)
+    (loop,) = scans(new)
+    assert len(loop.outputs) == 2  # the carry and the computed ys: no copied rows
+    assert new.outputs[2] is new.in_vars[0]  # the output read straight from the operand
+    got = fg.jit(fn)(Tensor(xs), Tensor(c))
+    np.testing.assert_array_equal(got[2].numpy(), xs)
+    want = c.astype(np.float64)
+    for x in (xs[::-1] if reverse else xs).astype(np.float64):
+        want = want * x
+    np.testing.assert_allclose(got[0].numpy(), want, rtol=1e-5)
+
+
+def test_the_rnn_forward_copies_no_input_row_per_step() -> None:
+    ir, new = assert_same(fg.grad(rnn, argnums=(0, 1, 2)), f32(4, 4), f32(4, 4), f32(4), f32(6, 2, 4), f32(2, 4))
+    forward = scans(new)[0]
+    body = forward.param_dict["body"]
+    xs_slices = {v.id for v in body.in_vars[forward.param_dict["num_consts"] + forward.param_dict["num_carry"]:]}
+    assert not any(getattr(y, "id", None) in xs_slices for y in body.outputs[forward.param_dict["num_carry"]:])
