@@ -153,3 +153,31 @@ def test_the_rnn_forward_copies_no_input_row_per_step() -> None:
     body = forward.param_dict["body"]
     xs_slices = {v.id for v in body.in_vars[forward.param_dict["num_consts"] + forward.param_dict["num_carry"]:]}
     assert not any(getattr(y, "id", None) in xs_slices for y in body.outputs[forward.param_dict["num_carry"]:])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_elementwise_producers_of_xs_move_into_the_body(reverse: bool) -> None:
+    def fn(a: Any, b: Any, c: Any) -> Any:  # xs = 2 * a * b + 1 (a chain, a broadcast literal), read only by the scan
+        xs = 2.0 * a * b + fnp.ones_like(a)
+        return lax.scan(lambda h, x: (fnp.tanh(h + x), h * x), c, xs, reverse=reverse)
+    a, b, c = f32(6, 3), f32(6, 3), f32(3)
+    ir, new = assert_same(fn, a, b, c)
+    (loop,) = scans(new)
+    assert [e.primitive.name for e in new.eqns] == ["scan"]  # the chain is in the body now
+    assert set(loop.inputs[1:]) == {new.in_vars[0], new.in_vars[1]}  # the loop reads the rows of a and b
+    want = c.astype(np.float64)
+    xs = 2.0 * a.astype(np.float64) * b + 1.0
+    for x in (xs[::-1] if reverse else xs):
+        want = np.tanh(want + x)
+    np.testing.assert_allclose(fg.jit(fn)(Tensor(a), Tensor(b), Tensor(c))[0].numpy(), want, rtol=1e-5)
+
+
+def test_an_xs_operand_read_outside_the_loop_stays_outside() -> None:
+    def fn(a: Any, c: Any) -> Any:
+        xs = fnp.exp(a)
+        carry, ys = lax.scan(lambda h, x: (h * x, h + x), c, xs)
+        return carry, ys + xs  # xs is read after the loop too
+    ir, new = assert_same(fn, f32(5, 2), f32(2))
+    assert "exp" in [e.primitive.name for e in new.eqns]
+    (loop,) = scans(new)
+    assert "exp" not in [e.primitive.name for e in loop.param_dict["body"].eqns]
