@@ -62,7 +62,7 @@ def rewrite_scans(ir: IR) -> IR:
         loop = _Loop.of(eqn)
         before: list[Eqn] = []
         after: list[Eqn] = []
-        while _hoist(loop, before) or _accumulate(loop, after) or _pass_through(loop, same) \
+        while _hoist(loop, before) or _accumulate(loop, after) or _pass_through(loop, same, uses) \
                 or _sink(loop, eqns, uses, before + after):
             changed = True
         eqns += before + [loop.equation()] + after
@@ -292,15 +292,17 @@ def _accumulate(loop: _Loop, after: list[Eqn]) -> bool:
     return False
 
 
-def _pass_through(loop: _Loop, same: dict[int, Any]) -> bool:
+def _pass_through(loop: _Loop, same: dict[int, Any], uses: dict[int, int]) -> bool:
     """Drop one ``y`` that is the step's ``xs`` slice itself (a scan keeping its input rows as residuals for
     its backward): its stacked output is that ``xs`` operand, row for row in either direction, so readers of
-    the output read the operand (``same``) and the loop no longer copies the row every step."""
+    the output read the operand (``same``; ``uses`` counts their reads as the operand's) and the loop no
+    longer copies the row every step."""
     slice_of = {v.id: outer for outer, v in loop.xs}
     for position, (y, stacked) in enumerate(loop.ys):
         outer = slice_of.get(y.id) if isinstance(y, Var) else None
         if isinstance(outer, Var) and outer.aval.shape == stacked.aval.shape and outer.aval.dtype == stacked.aval.dtype:
             del loop.ys[position]
             same[stacked.id] = outer
+            uses[outer.id] = uses.get(outer.id, 0) + uses.get(stacked.id, 0)  # ``_sink`` must leave it outside
             return True
     return False

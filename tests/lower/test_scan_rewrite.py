@@ -181,3 +181,14 @@ def test_an_xs_operand_read_outside_the_loop_stays_outside() -> None:
     assert "exp" in [e.primitive.name for e in new.eqns]
     (loop,) = scans(new)
     assert "exp" not in [e.primitive.name for e in loop.param_dict["body"].eqns]
+
+
+def test_an_xs_operand_kept_as_a_y_and_read_after_the_loop_is_not_sunk() -> None:
+    def fn(a: Any, c: Any) -> Any:  # ys[0] is the slice: it becomes xs itself, which must then stay computed outside
+        carry, (rows, other) = lax.scan(lambda h, x: (h * x, (x, h + x)), c, fnp.tanh(a))
+        return carry, rows * 2.0, other
+    a, c = f32(4, 3), f32(3)
+    ir, new = assert_same(fn, a, c)
+    assert "tanh" in [e.primitive.name for e in new.eqns]
+    np.testing.assert_allclose(fg.jit(fn)(Tensor(a), Tensor(c))[1].numpy(), 2.0 * np.tanh(a.astype(np.float64)),
+                               rtol=1e-5)
