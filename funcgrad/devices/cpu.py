@@ -249,6 +249,11 @@ class CPUDevice(Device):
         if isinstance(target, WorkerTarget):
             target.describe_in_background()
 
+    def native_loop(self) -> Any:
+        """The native loop driver (``devices/cpu_loop.py``) that compiled scans and while loops run in."""
+        from funcgrad.devices.cpu_loop import native_loop
+        return native_loop()
+
     def render(self, kernel: Kernel) -> str:
         """The kernel's LLVM IR text (what ``compile`` compiles and what DEBUG=4 prints), with the
         optimiser's opts (``funcgrad.lower.optimize``) unless the kernel has its own."""

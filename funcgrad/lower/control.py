@@ -40,6 +40,7 @@ import numpy as np
 
 from funcgrad.ir.core import IR, Eqn, Literal, Var
 from funcgrad.lower import pool
+from funcgrad.lower.device import CALL, COPY, END, EXIT, FLIP, LINK, POOL, ROW
 from funcgrad.util.config import nonfinite_checks
 from funcgrad.util.debug import debug_level
 
@@ -191,6 +192,7 @@ def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, n
     links = [(slot[ir.in_vars[num_consts + k].id], home[v.id]) for k, v in enumerate(carry_out)]
     final_y = [y_index.get(v.id) for v in carry_out]  # where each carry ends: its ys row, or its buffers
     order = list(range(length - 1, -1, -1) if reverse else range(length))
+    driver, calls, pooled = _native(body_plan, [arguments for _, arguments, _ in program])
     fetchers, constants = _fetchers(program, numbers)
     size = next(numbers)
 
@@ -210,25 +212,68 @@ def _address_loop(body_plan: Any, length: int, reverse: bool, num_consts: int, n
         flips = [(number, pair[1].ctypes.data, pair[0].ctypes.data) for (number, _), pair in zip(alternating, pairs)]
         rows = [(number, values[first_x + i].ctypes.data, stride) for number, i, stride in x_rows]
         rows += [(number, ys[i].ctypes.data, stride) for number, i, stride in y_rows]
-        memmove = ctypes.memmove
-        odd = False
-        for row in order:
+        if driver is not None:  # the whole loop in one native call (devices/cpu_loop.py)
+            words: list[int] = []
             for number, base, stride in rows:
-                table[number] = base + row * stride
-            for number, even_address, odd_address in flips:  # step 0 writes the second buffer
-                table[number] = odd_address if odd else even_address
-            for function, fetch in fetchers:
-                function(*fetch(table))
+                words += [ROW, number, base + order[0] * stride, -stride if reverse else stride]
+            for number, even_address, odd_address in flips:
+                words += [FLIP, number, even_address, odd_address]
+            words += calls
             for source, into, count in copies:
-                memmove(table[into], table[source], count)
+                words += [COPY, into, source, count]
             for into, source in links:
-                table[into] = table[source]
-            odd = not odd
+                words += [LINK, into, source]
+            words.append(END)
+            driver.run((ctypes.c_int64 * size)(*table), (ctypes.c_int64 * len(words))(*words), length, pooled)
+            odd = length % 2 == 1
+        else:
+            odd = _python_loop(order, rows, flips, fetchers, copies, links, table)
         last = order[-1]  # the last step wrote the second buffer of each pair after an odd number of steps
         by_slot = {number: pair[1] if odd else pair[0] for (number, _), pair in zip(alternating, pairs)}
         carry = [ys[i][last, ...] if i is not None else by_slot[home[v.id]] for i, v in zip(final_y, carry_out)]
         return carry + ys
     return run_flat
+
+
+def _python_loop(order: list[int], rows: list[tuple[int, int, int]], flips: list[tuple[int, int, int]],
+                 fetchers: Fetchers, copies: list[tuple[int, int, int]], links: list[tuple[int, int]],
+                 table: list[int]) -> bool:
+    """The scan's steps driven from Python over ``table``; returns whether an odd number of steps ran."""
+    memmove = ctypes.memmove
+    odd = False
+    for row in order:
+        for number, base, stride in rows:
+            table[number] = base + row * stride
+        for number, even_address, odd_address in flips:  # step 0 writes the second buffer
+            table[number] = odd_address if odd else even_address
+        for function, fetch in fetchers:
+            function(*fetch(table))
+        for source, into, count in copies:
+            memmove(table[into], table[source], count)
+        for into, source in links:
+            table[into] = table[source]
+        odd = not odd
+    return odd
+
+
+def _native(plan: Any, arguments: list[list[int]]) -> tuple[Any, list[int], bool]:
+    """The device's native loop driver, the words launching ``plan``'s kernels (``CALL`` or ``POOL`` each, on
+    the given argument slots, outputs first) and whether a ``POOL`` is among them, when the device has a
+    driver and every kernel can be launched from native code (``Plan.native_launches``); else (None, [], False)."""
+    native = getattr(plan, "native_launches", None)
+    driver = plan.device.native_loop() if native is not None else None
+    if driver is None or native is None:
+        return None, [], False
+    words: list[int] = []
+    for (address, outer, chunks), slots in zip(native, arguments):
+        if chunks == 1:
+            words += [CALL, address, outer, len(slots), *slots]
+        else:
+            words += [POOL, address, outer, chunks, len(slots), *slots]
+    pooled = any(chunks > 1 for _, _, chunks in native)
+    if pooled and not driver.pool_ready():
+        return None, [], False
+    return driver, words, pooled
 
 
 Program = list[tuple[Callable[..., None], list[int], tuple[int, ...]]]  # (function, argument slots, trailing args)
@@ -296,6 +341,10 @@ def _address_while(cond_plan: Any, body_plan: Any, cond_nconsts: int, body_ncons
     flag_slot = next(number for (number, _), var in zip(cond_buffers, _outputs_in_order(cond_plan)) if var is flag)
     slot_of_output = {var.id: number for (number, _), var in zip(alternating, _carries_in_order(body_plan, outs))}
     homes = [slot_of_output[v.id] for v in outs]
+    driver, test_words, test_pooled = _native(cond_plan, [arguments for _, arguments, _ in cond_program])
+    _, step_words, step_pooled = _native(body_plan, [arguments for _, arguments, _ in body_program])
+    if not step_words:
+        driver = None
     test, test_constants = _fetchers(cond_program, numbers)
     step, step_constants = _fetchers(body_program, numbers)
     size = next(numbers)
@@ -314,25 +363,46 @@ def _address_while(cond_plan: Any, body_plan: Any, cond_nconsts: int, body_ncons
         pairs = [(np.empty(v.aval.shape, v.aval.dtype), np.empty(v.aval.shape, v.aval.dtype)) for v in outs]  # as homes
         addresses = [(pair[0].ctypes.data, pair[1].ctypes.data) for pair in pairs]
         current = list(range(first_carry, first_carry + count))  # the slots holding the carries' addresses
-        odd = False
-        while True:
-            for function, fetch in test:
-                function(*fetch(table))
-            if not flag_value[()]:
-                break
+        if driver is not None:  # the whole loop in one native call (devices/cpu_loop.py)
+            words = [*test_words, EXIT, flag_slot]
             for home, (even_address, odd_address) in zip(homes, addresses):  # step 0 writes the second buffer
-                table[home] = even_address if odd else odd_address
-            for function, fetch in step:
-                function(*fetch(table))
+                words += [FLIP, home, odd_address, even_address]
+            words += step_words
             for k, home in enumerate(homes):
-                table[first_carry + k] = table[home]
-            odd = not odd
+                words += [LINK, first_carry + k, home]
+            words.append(END)
+            native_table = (ctypes.c_int64 * size)(*table)
+            driver.run(native_table, (ctypes.c_int64 * len(words))(*words), _FOREVER, test_pooled or step_pooled)
+            table = list(native_table)
+        else:
+            _python_while(test, step, flag_value, homes, addresses, first_carry, table)
         result = []
         for k, (pair, value) in enumerate(zip(pairs, values[first_carry:])):
             address = table[current[k]]
             result.append(value if address == value.ctypes.data else pair[0] if address == addresses[k][0] else pair[1])
         return result
     return run_while
+
+
+_FOREVER = (1 << 63) - 1  # a while loop's step limit: none
+
+
+def _python_while(test: Fetchers, step: Fetchers, flag: np.ndarray, homes: list[int], addresses: list[tuple[int, int]],
+                  first_carry: int, table: list[int]) -> None:
+    """The while loop's iterations driven from Python over ``table`` (the carries' slots updated in place)."""
+    odd = False
+    while True:
+        for function, fetch in test:
+            function(*fetch(table))
+        if not flag[()]:
+            break
+        for home, (even_address, odd_address) in zip(homes, addresses):  # step 0 writes the second buffer
+            table[home] = even_address if odd else odd_address
+        for function, fetch in step:
+            function(*fetch(table))
+        for k, home in enumerate(homes):
+            table[first_carry + k] = table[home]
+        odd = not odd
 
 
 def _outputs_in_order(plan: Any) -> list[Var]:

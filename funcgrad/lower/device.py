@@ -23,6 +23,10 @@ class CompiledKernel(Protocol):
     def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None: ...
 
 
+# the native loop driver's instructions (``Device.native_loop``; their meaning: devices/cpu_loop.py)
+END, ROW, FLIP, CALL, POOL, COPY, LINK, EXIT = range(8)
+
+
 class Device:
     """A place kernels run. ``name`` and ``compile`` are required; the rest have defaults.
 
@@ -65,6 +69,11 @@ class Device:
 
     def load_cached(self, kernel: Kernel, token: Any) -> Any:
         """The compiled kernel a stored plan names by ``token``; None when it is gone (it is compiled again)."""
+        return None
+
+    def native_loop(self) -> Any:
+        """A driver running a loop of kernel launches in native code (``devices/cpu_loop.py``: ``run(table,
+        program, steps)``), or None: compiled loops then drive their kernels from Python."""
         return None
 
     # --- resident devices ---

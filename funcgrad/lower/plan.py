@@ -194,6 +194,7 @@ class Plan:
         self.release_after = _last_uses(self.ir, self.steps)
         self.replay = None if self.resident else self._replay_steps()
         self.launches = self._launches() if self.replay is not None else None
+        self.native_launches = self._native_launches() if self.launches is not None else None
         if debug_level() >= 3:  # a device's compiled kernel carries the optimiser's opts
             for kernel, done in zip(self.kernels, compiled):
                 print(getattr(done, "kernel", kernel), file=sys.stderr)
@@ -212,6 +213,22 @@ class Plan:
             function, tail = _launcher(compiled)
             launches.append((function, tail, step.inputs, step.outputs))
         return launches
+
+    def _native_launches(self) -> list[tuple[int, int, int]] | None:
+        """Beside ``launches``, each kernel as native code can launch it (``Device.native_loop``): (address,
+        outer range, chunks: 1 for a single-threaded kernel); None when one has no address or more buffers
+        (or chunks) than the native pool's trampolines take."""
+        native = []
+        for step in self.steps:
+            compiled = self.compiled[id(step)]
+            address = getattr(compiled, "address", None)
+            if not isinstance(address, int) or not hasattr(compiled, "outer"):
+                return None
+            parallel = getattr(compiled, "parallel", True)
+            if not getattr(compiled, "native", False):  # more buffers than the trampolines take
+                return None
+            native.append((address, int(compiled.outer), int(compiled.threads) if parallel else 1))
+        return native
 
     def _replay_steps(self) -> Callable[[list[np.ndarray]], list[np.ndarray]] | None:
         """The lean replay (see ``replay_arrays``), made once: one closure per step, reading and writing a

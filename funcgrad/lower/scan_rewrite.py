@@ -16,7 +16,17 @@ work out of the loop, each exact in real arithmetic (float rounding differs as a
   leading axes, so the product is the 2-D one it was, only longer). The per-step weight-gradient products
   (a contraction over the batch only) become one contraction over batch and time.
 
-Both apply to a fixed point, and to nested scans (each body is compiled as a plan of its own, which
+- **Inputs kept as outputs** (``pass_through``): a ``y`` that is the step's ``xs`` slice (the forward of a
+  scan keeping ``x_t`` for its backward) is the stacked ``xs`` operand itself; the output is replaced by
+  the operand and the per-step copy of the row goes.
+
+- **Elementwise producers of the inputs** (``sink``): an elementwise equation outside the loop making an
+  ``xs`` operand read by nothing else (a scan's backward gets its per-step cotangents so, ``2 * h_t / n``
+  from a mean's gradient) moves into the body, on the rows of its own stacked operands (scalar literals,
+  broadcast or not, stay literals): the body's kernels fuse it, and the stacked operand is neither
+  written nor read again.
+
+All apply to a fixed point, and to nested scans (each body is compiled as a plan of its own, which
 rewrites its scans in turn). ``MAX_STACKED_BYTES`` bounds the memory a rule may add (the stacked operands
 or products); a scan whose operands would exceed it keeps the work in its loop.
 """
@@ -30,7 +40,7 @@ import attrs
 
 from funcgrad.ir.core import IR, Eqn, Literal, ShapedArray, Var
 from funcgrad.ir.higher_order import scan_p
-from funcgrad.ir.primitives import add_p, dot_general_p, reduce_sum_p, reshape_p, transpose_p
+from funcgrad.ir.primitives import add_p, broadcast_in_dim_p, dot_general_p, reduce_sum_p, reshape_p, transpose_p
 
 MAX_STACKED_BYTES = 256 << 20  # memory a rewrite may add per stacked value (the loop's own ys are not counted)
 
@@ -41,17 +51,90 @@ def rewrite_scans(ir: IR) -> IR:
         return ir
     eqns: list[Eqn] = []
     changed = False
+    same: dict[int, Any] = {}  # an outer scan output -> the outer value it equals (``_pass_through``)
+    uses = _outer_uses(ir)
     for eqn in ir.eqns:
+        if same and any(isinstance(a, Var) and a.id in same for a in eqn.inputs):
+            eqn = Eqn(eqn.primitive, [_renamed(a, same) for a in eqn.inputs], eqn.params, eqn.outputs)
         if eqn.primitive is not scan_p:
             eqns.append(eqn)
             continue
         loop = _Loop.of(eqn)
         before: list[Eqn] = []
         after: list[Eqn] = []
-        while _hoist(loop, before) or _accumulate(loop, after):
+        while _hoist(loop, before) or _accumulate(loop, after) or _pass_through(loop, same, uses) \
+                or _sink(loop, eqns, uses, before + after):
             changed = True
         eqns += before + [loop.equation()] + after
-    return IR(ir.in_vars, eqns, ir.outputs, ir.const_vars, ir.consts) if changed else ir
+    if not changed:
+        return ir
+    outputs = [_renamed(a, same) for a in ir.outputs]
+    return IR(ir.in_vars, _without_dead_broadcasts(eqns, outputs), outputs, ir.const_vars, ir.consts)
+
+
+def _outer_uses(ir: IR) -> dict[int, int]:
+    """How many times each variable of ``ir`` is read (by its equations and as an output)."""
+    count: dict[int, int] = {}
+    for atom in [a for e in ir.eqns for a in e.inputs] + list(ir.outputs):
+        if isinstance(atom, Var):
+            count[atom.id] = count.get(atom.id, 0) + 1
+    return count
+
+
+def _without_dead_broadcasts(eqns: list[Eqn], outputs: Sequence[Any]) -> list[Eqn]:
+    """``eqns`` less the broadcasts of a literal that ``_sink`` left unread."""
+    read = {a.id for e in eqns for a in e.inputs if isinstance(a, Var)} | {a.id for a in outputs if isinstance(a, Var)}
+    return [e for e in eqns if not (_literal_broadcast(e) is not None and e.outputs[0].id not in read)]
+
+
+def _literal_broadcast(eqn: Eqn) -> Literal | None:
+    """The scalar literal ``eqn`` broadcasts, when it is a broadcast of one."""
+    if eqn.primitive is broadcast_in_dim_p and isinstance(eqn.inputs[0], Literal) and eqn.inputs[0].aval.shape == ():
+        return eqn.inputs[0]
+    return None
+
+
+def _sink(loop: _Loop, eqns: list[Eqn], uses: dict[int, int], added: list[Eqn]) -> bool:
+    """Move one elementwise equation making an ``xs`` operand, read by nothing else, into the body (see the
+    module docstring); ``eqns`` are the outer equations so far (its producer is removed from them), ``added``
+    those the other rules put around the loop (an operand they read stays)."""
+    read_around = {a.id for e in added for a in e.inputs if isinstance(a, Var)}
+    producer = {v.id: (position, e) for position, e in enumerate(eqns) for v in e.outputs}
+    broadcast_of = {e.outputs[0].id: literal for e in eqns if (literal := _literal_broadcast(e)) is not None}
+    for index, (outer, row) in enumerate(loop.xs):
+        if not isinstance(outer, Var) or uses.get(outer.id) != 1 or outer.id not in producer \
+                or outer.id in read_around or sum(x is outer for x, _ in loop.xs) != 1:
+            continue
+        position, eqn = producer[outer.id]
+        if eqn.primitive.kernel_op is None or len(eqn.outputs) != 1 or eqn.primitive is scan_p:
+            continue
+        operands: list[Any] = []
+        fresh: list[tuple[Any, Var]] = []
+        slice_of = {x.id: v for x, v in loop.xs if isinstance(x, Var)}
+        for atom in eqn.inputs:
+            if isinstance(atom, Literal) and atom.aval.shape == ():
+                operands.append(atom)
+            elif isinstance(atom, Var) and atom.id in broadcast_of:
+                literal = broadcast_of[atom.id]
+                operands.append(Literal(literal.value, literal.aval))
+            elif isinstance(atom, Var) and atom.aval.shape == outer.aval.shape:
+                if atom.id not in slice_of:
+                    slice_of[atom.id] = Var(ShapedArray(atom.aval.shape[1:], atom.aval.dtype))
+                    fresh.append((atom, slice_of[atom.id]))
+                operands.append(slice_of[atom.id])
+            else:
+                break
+        else:
+            del loop.xs[index]
+            loop.xs += fresh
+            loop.eqns.insert(0, Eqn(eqn.primitive, operands, eqn.params, [row]))
+            del eqns[position]
+            return True
+    return False
+
+
+def _renamed(atom: Any, same: dict[int, Any]) -> Any:
+    return same.get(atom.id, atom) if isinstance(atom, Var) else atom
 
 
 @attrs.define
@@ -206,4 +289,20 @@ def _accumulate(loop: _Loop, after: list[Eqn]) -> bool:
             total = moved
         after.append(Eqn(add_p, [init, total], {}, [final]))
         return True
+    return False
+
+
+def _pass_through(loop: _Loop, same: dict[int, Any], uses: dict[int, int]) -> bool:
+    """Drop one ``y`` that is the step's ``xs`` slice itself (a scan keeping its input rows as residuals for
+    its backward): its stacked output is that ``xs`` operand, row for row in either direction, so readers of
+    the output read the operand (``same``; ``uses`` counts their reads as the operand's) and the loop no
+    longer copies the row every step."""
+    slice_of = {v.id: outer for outer, v in loop.xs}
+    for position, (y, stacked) in enumerate(loop.ys):
+        outer = slice_of.get(y.id) if isinstance(y, Var) else None
+        if isinstance(outer, Var) and outer.aval.shape == stacked.aval.shape and outer.aval.dtype == stacked.aval.dtype:
+            del loop.ys[position]
+            same[stacked.id] = outer
+            uses[outer.id] = uses.get(outer.id, 0) + uses.get(stacked.id, 0)  # ``_sink`` must leave it outside
+            return True
     return False

@@ -127,3 +127,68 @@ def test_nested_scans_are_rewritten_when_their_body_is_compiled() -> None:
     inner_body = rewrite_scans(outer.param_dict["body"])  # what the outer body's plan does to it
     (inner,) = scans(inner_body)
     assert not [e for e in inner.param_dict["body"].eqns if e.primitive.name == "dot_general"]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_an_xs_slice_kept_as_a_y_is_the_stacked_operand(reverse: bool) -> None:
+    def fn(xs: Any, c: Any) -> Any:  # the ys: the slice itself (twice), and a computed row
+        carry, (same, again, computed) = lax.scan(lambda c, x: (c * x, (x, x, c + x)), c, xs, reverse=reverse)
+        return carry, same * 2.0, again, computed
+    xs, c = f32(5, 3), f32(3)
+    ir, new = assert_same(fn, xs, c)
+    (loop,) = scans(new)
+    assert len(loop.outputs) == 2  # the carry and the computed ys: no copied rows
+    assert new.outputs[2] is new.in_vars[0]  # the output read straight from the operand
+    got = fg.jit(fn)(Tensor(xs), Tensor(c))
+    np.testing.assert_array_equal(got[2].numpy(), xs)
+    want = c.astype(np.float64)
+    for x in (xs[::-1] if reverse else xs).astype(np.float64):
+        want = want * x
+    np.testing.assert_allclose(got[0].numpy(), want, rtol=1e-5)
+
+
+def test_the_rnn_forward_copies_no_input_row_per_step() -> None:
+    ir, new = assert_same(fg.grad(rnn, argnums=(0, 1, 2)), f32(4, 4), f32(4, 4), f32(4), f32(6, 2, 4), f32(2, 4))
+    forward = scans(new)[0]
+    body = forward.param_dict["body"]
+    xs_slices = {v.id for v in body.in_vars[forward.param_dict["num_consts"] + forward.param_dict["num_carry"]:]}
+    assert not any(getattr(y, "id", None) in xs_slices for y in body.outputs[forward.param_dict["num_carry"]:])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_elementwise_producers_of_xs_move_into_the_body(reverse: bool) -> None:
+    def fn(a: Any, b: Any, c: Any) -> Any:  # xs = 2 * a * b + 1 (a chain, a broadcast literal), read only by the scan
+        xs = 2.0 * a * b + fnp.ones_like(a)
+        return lax.scan(lambda h, x: (fnp.tanh(h + x), h * x), c, xs, reverse=reverse)
+    a, b, c = f32(6, 3), f32(6, 3), f32(3)
+    ir, new = assert_same(fn, a, b, c)
+    (loop,) = scans(new)
+    assert [e.primitive.name for e in new.eqns] == ["scan"]  # the chain is in the body now
+    assert set(loop.inputs[1:]) == {new.in_vars[0], new.in_vars[1]}  # the loop reads the rows of a and b
+    want = c.astype(np.float64)
+    xs = 2.0 * a.astype(np.float64) * b + 1.0
+    for x in (xs[::-1] if reverse else xs):
+        want = np.tanh(want + x)
+    np.testing.assert_allclose(fg.jit(fn)(Tensor(a), Tensor(b), Tensor(c))[0].numpy(), want, rtol=1e-5)
+
+
+def test_an_xs_operand_read_outside_the_loop_stays_outside() -> None:
+    def fn(a: Any, c: Any) -> Any:
+        xs = fnp.exp(a)
+        carry, ys = lax.scan(lambda h, x: (h * x, h + x), c, xs)
+        return carry, ys + xs  # xs is read after the loop too
+    ir, new = assert_same(fn, f32(5, 2), f32(2))
+    assert "exp" in [e.primitive.name for e in new.eqns]
+    (loop,) = scans(new)
+    assert "exp" not in [e.primitive.name for e in loop.param_dict["body"].eqns]
+
+
+def test_an_xs_operand_kept_as_a_y_and_read_after_the_loop_is_not_sunk() -> None:
+    def fn(a: Any, c: Any) -> Any:  # ys[0] is the slice: it becomes xs itself, which must then stay computed outside
+        carry, (rows, other) = lax.scan(lambda h, x: (h * x, (x, h + x)), c, fnp.tanh(a))
+        return carry, rows * 2.0, other
+    a, c = f32(4, 3), f32(3)
+    ir, new = assert_same(fn, a, c)
+    assert "tanh" in [e.primitive.name for e in new.eqns]
+    np.testing.assert_allclose(fg.jit(fn)(Tensor(a), Tensor(c))[1].numpy(), 2.0 * np.tanh(a.astype(np.float64)),
+                               rtol=1e-5)
