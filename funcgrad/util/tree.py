@@ -22,6 +22,7 @@ import builtins
 import collections
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
@@ -251,7 +252,7 @@ def register_static(cls: T) -> T:
 _NAMESPACE = "funcgrad"
 _NATIVE = (_TUPLE, _LIST, _DICT, _ORDERED_DICT, _NONE, _NAMEDTUPLE)   # optree knows these itself
 _in_optree: set[type] = set()        # the classes registered with optree under _NAMESPACE
-_seen_types: set[type] = set()       # leaf types and optree-registered node types already classified
+_seen_types: set[type] = set()       # leaf types already classified (never a node type)
 _Kind = optree.PyTreeKind
 _GUARDED = {_Kind.DEFAULTDICT, _Kind.DEQUE, _Kind.STRUCTSEQUENCE} | (
     {_Kind.FROZENDICT} if hasattr(_Kind, "FROZENDICT") else set())   # optree nodes, funcgrad leaves
@@ -281,19 +282,27 @@ def _ensure_in_optree(cls: type, kind: _NodeKind) -> None:
     def unflatten_node(aux: Any, children: Iterable[Any]) -> Any:
         return kind.unflatten(cls, aux, tuple(children))
 
-    optree.register_pytree_node(cls, flatten_node, unflatten_node, namespace=_NAMESPACE)
-    _in_optree.add(cls)
+    with _registering:  # two threads meeting a new class at once register it once
+        if cls not in _in_optree:
+            optree.register_pytree_node(cls, flatten_node, unflatten_node, namespace=_NAMESPACE)
+            _in_optree.add(cls)
+
+
+_registering = threading.Lock()
 
 
 def _classify(types: set[type]) -> bool:
-    """Note each new leaf type; True if one of them is a node type optree did not know (flatten again)."""
+    """Note each new leaf type; True if one of them is a node type (flatten again). A node type is
+    never noted as seen: another thread's flatten may have met it as a leaf just before this thread
+    registered it with optree, and that thread must flatten again too."""
     again = False
     for cls in types - _seen_types:
         kind = _kind_of(cls)
-        if kind is not None and kind not in _NATIVE and cls not in _in_optree:
+        if kind is None:
+            _seen_types.add(cls)
+        elif kind not in _NATIVE:
             _ensure_in_optree(cls, kind)
             again = True
-        _seen_types.add(cls)
     return again
 
 

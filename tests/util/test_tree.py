@@ -464,3 +464,29 @@ def test_aux_data_marked_uncached_is_not_kept_alive_by_the_structure_cache() -> 
     del kept
     gc.collect()
     assert plain() is not None
+
+
+def test_threads_meeting_a_new_node_class_at_once_all_flatten_it_as_a_node():
+    """A dataclass is registered with optree the first time a flatten meets it; a thread whose flatten
+    met it as a leaf just before another thread registered it must flatten again (it once kept the
+    whole object as one leaf: an optimizer passed to jit in a thread was 'not a valid funcgrad type')."""
+    import dataclasses
+    import threading
+
+    from funcgrad.util import tree as T
+    wrong = []
+    for round_ in range(40):
+        Node = dataclasses.make_dataclass(f"Node{round_}", ["a", "b"])
+        barrier = threading.Barrier(4)
+
+        def work(Node=Node, barrier=barrier):
+            barrier.wait()
+            leaves, _ = T.flatten([Node(1.0, 2.0), Node(3.0, 4.0)])
+            if leaves != [1.0, 2.0, 3.0, 4.0]:
+                wrong.append(leaves)
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not wrong, wrong[:3]
