@@ -116,16 +116,14 @@ def _mlp(key: Any, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
     return params
 
 
-def worker_step(quick: bool, batch: int) -> dict[str, Any]:
+def _training_setup(rank: int, batch: int) -> tuple[Any, ...]:
+    """The data-parallel step's pieces on this rank: (jitted value_and_grad, jitted Adam update,
+    parameters broadcast from rank 0, optimizer state, this rank's batch x, y)."""
     import funcgrad as fg
     import funcgrad.random as fr
     from funcgrad import Tensor, nn
-    from funcgrad.devices.cpu_threads import thread_count
     from funcgrad.nn import data_parallel as dp
     from funcgrad.nn import functional as F
-
-    fg.distributed.initialize()
-    rank, ranks = fg.distributed.process_index(), fg.distributed.process_count()
 
     def loss_fn(params: list[dict[str, Any]], x: Any, y: Any) -> Any:
         for layer in params[:-1]:
@@ -133,12 +131,22 @@ def worker_step(quick: bool, batch: int) -> dict[str, Any]:
         return F.cross_entropy(x @ params[-1]["w"] + params[-1]["b"], y)
 
     optimizer = nn.optim.adam(1e-3)
-    value_and_grad, update = fg.jit(fg.value_and_grad(loss_fn)), fg.jit(optimizer.update)
     params = dp.broadcast(_mlp(fr.key(0), (784, 512, 512, 10)))
-    state = optimizer.init(params)
     rng = np.random.default_rng(rank)
     x = Tensor(rng.normal(size=(batch, 784)).astype(np.float32))
     y = Tensor(rng.integers(0, 10, batch).astype(np.int32))
+    return (fg.jit(fg.value_and_grad(loss_fn)), fg.jit(optimizer.update), params, optimizer.init(params), x, y)
+
+
+def worker_step(quick: bool, batch: int) -> dict[str, Any]:
+    import funcgrad as fg
+    from funcgrad.devices.cpu_threads import thread_count
+    from funcgrad.nn import data_parallel as dp
+
+    fg.distributed.initialize()
+    rank, ranks = fg.distributed.process_index(), fg.distributed.process_count()
+
+    value_and_grad, update, params, state, x, y = _training_setup(rank, batch)
 
     in_allreduce = [0.0]
 
@@ -178,28 +186,14 @@ def worker_interleaved(quick: bool, batch: int) -> dict[str, Any]:
     from mpi4py import MPI
 
     import funcgrad as fg
-    import funcgrad.random as fr
-    from funcgrad import Tensor, nn
     from funcgrad.nn import data_parallel as dp
-    from funcgrad.nn import functional as F
     from funcgrad.util.collective_engine import get_engine, set_engine
 
     fg.distributed.initialize()
     comm, engine = MPI.COMM_WORLD, get_engine()
     rank = comm.Get_rank()
 
-    def loss_fn(params: list[dict[str, Any]], x: Any, y: Any) -> Any:
-        for layer in params[:-1]:
-            x = F.relu(x @ layer["w"] + layer["b"])
-        return F.cross_entropy(x @ params[-1]["w"] + params[-1]["b"], y)
-
-    optimizer = nn.optim.adam(1e-3)
-    value_and_grad, update = fg.jit(fg.value_and_grad(loss_fn)), fg.jit(optimizer.update)
-    params = dp.broadcast(_mlp(fr.key(0), (784, 512, 512, 10)))
-    state = optimizer.init(params)
-    rng = np.random.default_rng(rank)
-    x = Tensor(rng.normal(size=(batch, 784)).astype(np.float32))
-    y = Tensor(rng.integers(0, 10, batch).astype(np.int32))
+    value_and_grad, update, params, state, x, y = _training_setup(rank, batch)
 
     def steps(count: int) -> float:
         nonlocal params, state

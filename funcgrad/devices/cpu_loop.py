@@ -168,17 +168,8 @@ class NativeLoop:
     """
 
     def __init__(self) -> None:
-        from funcgrad.devices.cpu_disk_cache import DiskCache
         from funcgrad.devices.cpu_engines import keep_engine
-        from funcgrad.devices.cpu_target import cache_root, host_target
-        source = loop_source()
-        cache = DiskCache(cache_root() / "native-loop")
-        key = cache.key(source)
-        target = host_target()
-        code = cache.load(key)
-        if code is None:
-            code = target.compile(source, PIPELINE)
-            cache.store(key, code)
+        target, code = cpu_pool.native_code(loop_source(), "native-loop", PIPELINE)
         engine, address = target.load(code, "fg_loop")
         keep_engine(engine)
         self.function = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,

@@ -45,8 +45,12 @@ import platform
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from funcgrad.util.debug import debug_level
+
+if TYPE_CHECKING:
+    from funcgrad.devices.cpu_target import InProcessTarget, WorkerTarget
 
 __all__ = ["NativePool", "native_pool", "pool_source", "MAX_BUFFERS", "MAX_CHUNKS"]
 
@@ -352,6 +356,22 @@ def pool_source() -> str:
 PIPELINE = 0  # no LLVM optimisation: half O2's compile time, once per machine; the hot loops are a few loads
 
 
+def native_code(source: str, folder: str, pipeline: int = PIPELINE) -> tuple[InProcessTarget | WorkerTarget, bytes]:
+    """(the host target, the object code of ``source``): compiled once per machine, then read from the
+    disk cache's ``folder`` (apart from the kernels' folder and its trims). The native pool and the
+    native loop driver (cpu_loop.py) are built this way."""
+    from funcgrad.devices.cpu_disk_cache import DiskCache
+    from funcgrad.devices.cpu_target import cache_root, host_target
+    cache = DiskCache(cache_root() / folder)
+    key = cache.key(source)
+    target = host_target()
+    code = cache.load(key)
+    if code is None:
+        code = target.compile(source, pipeline)
+        cache.store(key, code)
+    return target, code
+
+
 class NativePool:
     """``workers`` daemon threads in ``fg_pool_worker`` and the launch entry (see the module docstring).
 
@@ -360,17 +380,8 @@ class NativePool:
     """
 
     def __init__(self, workers: int, spin_us: float = DEFAULT_SPIN_US, caller_spin_us: float = CALLER_SPIN_US) -> None:
-        from funcgrad.devices.cpu_disk_cache import DiskCache
         from funcgrad.devices.cpu_engines import keep_engine
-        from funcgrad.devices.cpu_target import cache_root, host_target
-        source = pool_source()
-        cache = DiskCache(cache_root() / "native-pool")  # apart from the kernels' folder (and its trims)
-        key = cache.key(source)
-        target = host_target()
-        code = cache.load(key)
-        if code is None:
-            code = target.compile(source, PIPELINE)
-            cache.store(key, code)
+        target, code = native_code(pool_source(), "native-pool")
         addresses = []
         for name in ("fg_pool_launch", "fg_pool_worker"):
             engine, address = target.load(code, name)
