@@ -286,23 +286,29 @@ def _ensure_in_optree(cls: type, kind: _NodeKind) -> None:
         if cls not in _in_optree:
             optree.register_pytree_node(cls, flatten_node, unflatten_node, namespace=_NAMESPACE)
             _in_optree.add(cls)
+            _registrations[0] += 1
 
 
 _registering = threading.Lock()
+_registrations = [0]  # classes registered with optree so far: a flatten notes the count when it starts
 
 
-def _classify(types: set[type]) -> bool:
-    """Note each new leaf type; True if one of them is a node type (flatten again). A node type is
-    never noted as seen: another thread's flatten may have met it as a leaf just before this thread
-    registered it with optree, and that thread must flatten again too."""
+def _classify(types: set[type], registrations: int) -> bool:
+    """Note each new leaf type; True if the flatten that found ``types`` (begun when ``registrations``
+    classes were registered) must run again: one of them is a node type optree did not know then. A
+    registered node type found as a leaf is one that ``is_leaf`` kept whole, unless it was registered
+    while that flatten ran (by another thread: its flatten met the class first, as a leaf)."""
     again = False
     for cls in types - _seen_types:
         kind = _kind_of(cls)
         if kind is None:
             _seen_types.add(cls)
         elif kind not in _NATIVE:
-            _ensure_in_optree(cls, kind)
-            again = True
+            if cls not in _in_optree:
+                _ensure_in_optree(cls, kind)
+                again = True
+            elif registrations != _registrations[0]:
+                again = True
     return again
 
 
@@ -395,8 +401,10 @@ def _unhashable(spec: optree.PyTreeSpec) -> TypeError:
 
 
 def _optree_flatten(tree: PyTree, is_leaf: IsLeaf) -> tuple[list[Any], TreeDef]:
+    registrations = _registrations[0]
     leaves_out, spec = optree.tree_flatten(tree, is_leaf, namespace=_NAMESPACE)
-    if not _seen_types.issuperset(builtins.map(type, leaves_out)) and _classify(set(builtins.map(type, leaves_out))):
+    if not _seen_types.issuperset(builtins.map(type, leaves_out)) and _classify(set(builtins.map(type, leaves_out)),
+                                                                               registrations):
         return _optree_flatten(tree, is_leaf)
     treedef = TreeDef._wrap(spec)
     try:
