@@ -13,6 +13,7 @@ axis parameters by one.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -228,9 +229,7 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
         frame = None
         if axis_name is not None:
             frame = _frame(size) if _frame is not None else AxisFrame(axis_name, size, size)
-            with axis_frame(frame):
-                ir, out_tree = trace_flat(call, [(a, False) for a in unbatched], in_tree, "vmap")
-        else:
+        with axis_frame(frame) if frame is not None else contextlib.nullcontext():
             ir, out_tree = trace_flat(call, [(a, False) for a in unbatched], in_tree, "vmap")
         # array placeholders: a Module counts only array-valued attributes as children
         out_placeholder = tree.unflatten(out_tree, [np.zeros(()) for _ in range(out_tree.num_leaves)])
