@@ -38,6 +38,8 @@ def check_allreduce(rank: int, size: int) -> None:
             assert np.asarray(mean[key]).dtype == np.asarray(grads[key]).dtype, key
             np.testing.assert_allclose(np.asarray(mean[key]), exact / size, rtol=tol, atol=tol, err_msg=key)
             np.testing.assert_allclose(np.asarray(total[key]), exact, rtol=tol, atol=tol, err_msg=key)
+            if key != "half":  # a power-of-two rank count: the mean (scaled while packed) is the sum's half exactly
+                np.testing.assert_array_equal(np.asarray(mean[key]), np.asarray(total[key]) / size, err_msg=key)
 
 
 def check_broadcast(rank: int, size: int) -> None:
