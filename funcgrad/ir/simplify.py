@@ -22,6 +22,10 @@ from funcgrad.ir.primitives import Primitive
 effectful: set[Primitive] = set()
 
 _NO_CSE = {"checkpoint", "custom_vjp_call", "custom_jvp_call", "custom_lin"}
+# x + y and y + x, x * y and y * x are the same bits (IEEE addition and multiplication commute; max and
+# min do not: max(-0.0, 0.0) depends on the order), so CSE keys their operands unordered: the product
+# rule's ``t * c + c * t`` (a jvp of ``c * c``) computes ``t * c`` once
+_COMMUTATIVE = {"add", "mul"}
 
 
 def _is_literal(atom: Any, value: float, splats: dict[int, Any] | None = None) -> bool:
@@ -109,7 +113,10 @@ def simplify(ir: IR) -> IR:
             substitution[eqn.outputs[0].id] = passthrough
             continue
         if eqn.primitive.name not in _NO_CSE:
-            key = (eqn.primitive.name, tuple(_atom_key(a) for a in eqn.inputs), eqn.params)
+            operands = tuple(_atom_key(a) for a in eqn.inputs)
+            if eqn.primitive.name in _COMMUTATIVE and len(operands) == 2 and eqn.inputs[0].aval == eqn.inputs[1].aval:
+                operands = tuple(sorted(operands, key=repr))
+            key = (eqn.primitive.name, operands, eqn.params)
             try:
                 previous = seen.get(key)
                 hashable = True

@@ -865,6 +865,106 @@ def _store_column_operands(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[
     return IR(ir.in_vars, eqns, ir.outputs, ir.const_vars, ir.consts), keep
 
 
+# --- a sum of products read through one transpose --------------------------------------------------
+
+_LINEAR = (P.add_p, P.sub_p, P.neg_p)  # what a transpose moves through onto the products below it
+
+
+def _swapped_product(eqn: Eqn, permutation: tuple[int, ...]) -> bool:
+    """Is ``transpose(eqn's product, permutation)`` the product with its operands swapped: batch axes in
+    place, then the rhs's free axes, then the lhs's, each group in order?"""
+    if eqn.primitive is not P.dot_general_p or not all(isinstance(a, Var) for a in eqn.inputs):
+        return False
+    (lc, _), (lb, _) = eqn.param_dict["contracting"], eqn.param_dict["batch"]
+    nb, nl = len(lb), eqn.inputs[0].aval.ndim - len(lc) - len(lb)
+    nr = eqn.outputs[0].aval.ndim - nb - nl
+    return nl > 0 and nr > 0 and permutation == (*range(nb), *range(nb + nl, nb + nl + nr), *range(nb, nb + nl))
+
+
+def _linear_tree(var: Var, permutation: tuple[int, ...], producer: dict[int, Eqn], uses: dict[int, int],
+                 dropped: set[int], tree: list[Eqn]) -> int:
+    """Collect into ``tree`` the single-use add/sub/neg equations above ``var`` and the swappable products
+    at their leaves; the number of those products."""
+    source = producer.get(var.id)
+    if source is None or uses.get(var.id, 0) != 1 or id(source) in dropped:
+        return 0
+    if source.primitive in _LINEAR and all(isinstance(a, Var) and a.aval.shape == var.aval.shape
+                                           for a in source.inputs):
+        tree.append(source)
+        return sum(_linear_tree(a, permutation, producer, uses, dropped, tree)
+                   for a in source.inputs if isinstance(a, Var))
+    if _swapped_product(source, permutation):
+        tree.append(source)
+        return 1
+    return 0
+
+
+def _emit_transposed(var: Var, out: Var | None, permutation: tuple[int, ...], producer: dict[int, Eqn],
+                     inside: set[int], moved: dict[int, Var], emitted: list[Eqn]) -> Var:
+    """Append to ``emitted`` the equations computing ``transpose(var, permutation)`` (into ``out`` when
+    given): the tree's products swapped, its sums of transposed operands, a transpose of anything else."""
+    if var.id in moved:
+        return moved[var.id]
+    source = producer.get(var.id)
+    shape = tuple(var.aval.shape[a] for a in permutation)
+    result = out if out is not None else Var(ShapedArray(shape, var.aval.dtype))
+    if source is None or id(source) not in inside:
+        emitted.append(Eqn(P.transpose_p, [var], {"permutation": permutation}, [result]))
+    elif source.primitive is P.dot_general_p:
+        (lc, rc), (lb, rb) = source.param_dict["contracting"], source.param_dict["batch"]
+        params = {**source.param_dict, "contracting": (rc, lc), "batch": (rb, lb)}
+        emitted.append(Eqn(P.dot_general_p, [source.inputs[1], source.inputs[0]], params, [result]))
+    else:
+        operands = [_emit_transposed(a, None, permutation, producer, inside, moved, emitted)  # type: ignore[arg-type]
+                    for a in source.inputs]
+        emitted.append(Eqn(source.primitive, operands, source.params, [result]))
+    moved[var.id] = result
+    return result
+
+
+def products_in_reader_layout(ir: IR) -> IR:
+    """``transpose(p)`` or ``transpose(p1 + p2 - ...)`` of products ``p = dot_general(a, b)``, each read only
+    there, whose permutation swaps the lhs's and rhs's free axes, computed as (the sum of) the swapped
+    products ``dot_general(b, a)``: the same terms, computed and stored in the layout the transpose's
+    readers use. A transpose after the last product of a kernel is fused into it (it iterates over the
+    transposed output), but any other product is a stored buffer a later kernel reads through the
+    transpose, a stride of a whole row per element: a weight gradient's ``X.T @ dY + (dY.T @ X).T`` in
+    a Hessian-vector product, where the transpose rule of ``dot_general`` emits
+    ``transpose(dot_general(dY, X))``. Other operands of the sum are read through the transpose as
+    before (index arithmetic)."""
+    producer = ir.producers()
+    uses: dict[int, int] = {}
+    for eqn in ir.eqns:
+        for a in eqn.inputs:
+            if isinstance(a, Var):
+                uses[a.id] = uses.get(a.id, 0) + 1
+    for a in ir.outputs:
+        if isinstance(a, Var):
+            uses[a.id] = uses.get(a.id, 0) + 2  # an output is read outside the program: never rewritten
+    replaced: dict[int, list[Eqn]] = {}  # id of a transpose -> the equations computing its result instead
+    dropped: set[int] = set()  # ids of the equations these make dead
+    for eqn in ir.eqns:
+        if eqn.primitive is not P.transpose_p or not isinstance(eqn.inputs[0], Var):
+            continue
+        permutation = tuple(eqn.param_dict["permutation"])
+        tree: list[Eqn] = []
+        if not _linear_tree(eqn.inputs[0], permutation, producer, uses, dropped, tree):
+            continue
+        inside = {id(t) for t in tree}
+        emitted: list[Eqn] = []
+        _emit_transposed(eqn.inputs[0], eqn.outputs[0], permutation, producer, inside, {}, emitted)
+        replaced[id(eqn)] = emitted
+        dropped |= inside
+    if not replaced:
+        return ir
+    eqns: list[Eqn] = []
+    for eqn in ir.eqns:
+        if id(eqn) in dropped:
+            continue
+        eqns.extend(replaced.get(id(eqn), [eqn]))
+    return IR(ir.in_vars, eqns, ir.outputs, ir.const_vars, ir.consts)
+
+
 # --- the schedule -------------------------------------------------------------------------------
 
 _names = itertools.count()
@@ -875,6 +975,7 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
     ``row_reductions``: fuse a trailing-axes reduction into the elementwise pass that broadcasts it back
     (for devices whose renderer computes it once per row: the CPU's; see ``_materialized``)."""
     ir, wide = split_wide_concatenates(inline_calls(ir))
+    ir = products_in_reader_layout(ir)
     products = {id(eqn) for eqn in ir.eqns if eqn.primitive is P.dot_general_p}  # the program's, not conv.py's
     ir, keep = lower_convolutions(ir)
     keep = keep | wide
