@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad.ir import primitives as P
-from funcgrad.ir.core import IR, Eqn, Literal, Var
+from funcgrad.ir.core import IR, Eqn, Literal, ShapedArray, Var
 from funcgrad.ir.primitives import Primitive
 
 # primitives with effects that DCE must keep even when their outputs are unused (none yet)
@@ -82,6 +82,29 @@ def _fold(eqn: Eqn) -> Literal | None:
     return Literal(value.astype(out.aval.dtype)[()], out.aval)
 
 
+def _fold_splats(eqn: Eqn, splats: dict[int, Literal]) -> Eqn | None:
+    """An elementwise equation whose operands are all scalar literals or broadcasts of one, as the
+    broadcast of its folded scalar (``c + c`` of a broadcast ``c``: the product rule on ``mean(c * x)``)."""
+    if eqn.primitive.multiple_results or eqn.primitive.kernel_op is None or len(eqn.outputs) != 1:
+        return None
+    scalars: list[Literal] = []
+    for atom in eqn.inputs:
+        if isinstance(atom, Var) and atom.id in splats:
+            atom = splats[atom.id]
+        elif not (isinstance(atom, Literal) and atom.aval.shape == ()):
+            return None
+        scalars.append(atom)
+    if not any(isinstance(a, Var) for a in eqn.inputs):
+        return None
+    out = eqn.outputs[0]
+    with np.errstate(all="ignore"):
+        value = np.asarray(eqn.primitive.impl(*(a.value for a in scalars), **eqn.param_dict))
+    if value.shape != ():
+        return None
+    literal = Literal(value.astype(out.aval.dtype)[()], ShapedArray((), out.aval.dtype))
+    return Eqn(P.broadcast_in_dim_p, [literal], {"broadcast_dimensions": (), "shape": out.aval.shape}, [out])
+
+
 def _atom_key(atom: Var | Literal) -> Any:
     if isinstance(atom, Literal):  # by its bits: 0.0 and -0.0 are equal numbers but not one literal
         return ("literal", atom.aval.dtype, atom.value.tobytes())
@@ -106,6 +129,7 @@ def simplify(ir: IR) -> IR:
         if folded is not None:
             substitution[eqn.outputs[0].id] = folded
             continue
+        eqn = _fold_splats(eqn, splats) or eqn
         if eqn.primitive is P.broadcast_in_dim_p and isinstance(eqn.inputs[0], Literal):
             splats[eqn.outputs[0].id] = eqn.inputs[0]
         passthrough = _identity_operand(eqn, splats)
