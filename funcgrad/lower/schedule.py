@@ -17,6 +17,8 @@ The rules (see docs/architecture.md):
   along the columns (``keeps_columns``), and a product with batch or several free/contracting axes
   whose column operand is strided along the columns stores that operand first, in (batch,
   contracting, free) order (``_column_operand_layouts``), so both reach the register tile;
+* a transpose of a sum of products whose permutation swaps their free axes is computed as the swapped
+  products (``products_in_reader_layout``), stored in the layout the transpose's readers use;
 * a value is stored where it must be: outputs, the results of reductions read elsewhere, and the
   operands of *host* equations (primitives without a kernel lowering yet, run by their NumPy
   reference: sort, scatter, gather, cumulative ops, argmax, control flow, fft, and every equation
