@@ -125,6 +125,8 @@ def _sink(loop: _Loop, eqns: list[Eqn], uses: dict[int, int], added: list[Eqn]) 
             else:
                 break
         else:
+            if not any(isinstance(atom, Var) for atom in operands):
+                continue  # literals only: in the body the equation would make a scalar, not the row
             del loop.xs[index]
             loop.xs += fresh
             loop.eqns.insert(0, Eqn(eqn.primitive, operands, eqn.params, [row]))

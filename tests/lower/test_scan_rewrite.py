@@ -193,3 +193,24 @@ def test_an_xs_operand_kept_as_a_y_and_read_after_the_loop_is_not_sunk() -> None
     assert "tanh" in [e.primitive.name for e in new.eqns]
     np.testing.assert_allclose(fg.jit(fn)(Tensor(a), Tensor(c))[1].numpy(), 2.0 * np.tanh(a.astype(np.float64)),
                                rtol=1e-5)
+
+
+def test_an_xs_operand_made_of_literals_alone_stays_outside() -> None:
+    """``mul(broadcast 2, broadcast 3)`` feeding xs (tracing folds it; a rewrite's own output may not): sunk into
+    the body it would read two scalars and make a scalar where the body wants a row, so it stays outside."""
+    from funcgrad.ir.core import Eqn, Literal, Var, typecheck
+    from funcgrad.ir.primitives import broadcast_in_dim_p, mul_p
+
+    ir, operands = lowered(lambda h0: lax.scan(lambda h, x: (h + x, h * x), h0, fnp.ones((5, 3), dtype=np.float32)),
+                           f32(3))
+    stacked = scans(ir)[0].inputs[1]
+    halves = [Var(stacked.aval), Var(stacked.aval)]
+    made = [Eqn(broadcast_in_dim_p, [Literal.of(np.float32(v))], {"shape": (5, 3), "broadcast_dimensions": ()}, [h])
+            for v, h in zip((2.0, 3.0), halves)] + [Eqn(mul_p, halves, {}, [stacked])]
+    hand = IR(ir.in_vars, made + [e for e in ir.eqns if stacked not in e.outputs], ir.outputs)
+    typecheck(hand)
+    new = rewrite_scans(hand)
+    typecheck(new)
+    assert any(e.primitive is mul_p for e in new.eqns)  # the product stayed outside the loop
+    for got, want in zip(eval_ir(new, operands), eval_ir(hand, operands)):
+        np.testing.assert_array_equal(got, want)
