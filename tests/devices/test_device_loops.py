@@ -113,6 +113,27 @@ def test_a_scan_inside_a_scan_and_literal_outputs(device: Any) -> None:
     run_counted(device, program, f32(3, 4, 2), f32(2))
 
 
+EDGE_CASES = {  # (program, operands): the buffer aliasing and dtypes the device loop must get right
+    "no_steps": (lambda c, xs: lax.scan(lambda h, x: (h + x, h * x), c, xs), (f32(3), np.zeros((0, 3), np.float32))),
+    "carry_passed_on_and_returned_twice": (
+        lambda c, xs: lax.scan(lambda h, x: ((h[0], h[0] + x), (h[0], h[0])), (c, c), xs), (f32(3), f32(4, 3))),
+    "literal_carry": (lambda c, xs: lax.scan(lambda h, x: (fnp.zeros(3), h + x), c, xs), (f32(3), f32(4, 3))),
+    "scalar_rows": (lambda c, xs: lax.scan(lambda h, x: (h * x, h), c, xs), (np.float32(1.5), f32(6))),
+    "host_step_in_the_body": (lambda c, xs: lax.scan(lambda h, x: (fnp.sort(h + x), fnp.argsort(x)), c, xs),
+                              (f32(3), f32(4, 3))),
+    "bool_and_uint8_carries": (
+        lambda xs: lax.scan(lambda h, x: ((h[0] ^ (x > 0), h[1] + (x > 0).astype(np.uint8)), h[1]),
+                            (np.zeros(3, np.bool_), np.zeros(3, np.uint8)), xs), (f32(5, 3),)),
+    "literal_switch_index": (lambda v: lax.switch(1, [lambda a: a, lambda a: a * 3.0], v), (f32(3),)),
+}
+
+
+@pytest.mark.parametrize("case", list(EDGE_CASES))
+def test_loop_edge_cases_match_the_interpreter(device: Any, case: str) -> None:
+    program, operands = EDGE_CASES[case]
+    run_counted(device, program, *operands)
+
+
 def test_while_loop_and_fori_loop_with_a_traced_bound(device: Any) -> None:
     def program(x: Any, n: Any) -> Any:
         y = lax.fori_loop(0, n, lambda i, v: fnp.tanh(v + x * i.astype(fnp.float32)), x)
