@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 
 from funcgrad.ir.core import ShapedArray
-from funcgrad.lower.device import Device
+from funcgrad.lower.device import Device, Transfers, check_copy
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.plan import run_on_host_arrays
 from funcgrad.lower.render_c import kernel_function_name
@@ -176,6 +176,7 @@ class CUDADevice(Device):
         self.lock = threading.Lock()
         self.modules: dict[str, Any] = {}
         self.stats = {"compiled": 0, "cached": 0}
+        self.transfers: Transfers = Transfers()
 
     def __repr__(self) -> str:
         return f"CUDADevice({self.gpu.name()}, {self.arch})"
@@ -191,6 +192,7 @@ class CUDADevice(Device):
         with self.active():
             allocation = driver.mem_alloc(max(1, data.nbytes))
             if data.nbytes:
+                self.transfers.upload(data.nbytes)
                 driver.memcpy_htod(allocation, data)
         return CUDAArray(allocation, data.nbytes)
 
@@ -204,9 +206,24 @@ class CUDADevice(Device):
         import pycuda.driver as driver
         out = np.empty(aval.shape, aval.dtype)
         if array.nbytes:
+            self.transfers.download(array.nbytes)
             with self.active():
                 driver.memcpy_dtoh(out.reshape(-1).view(np.uint8), array.allocation)
         return out
+
+    def copy_within(self, src: CUDAArray, src_offset: int, dst: CUDAArray, dst_offset: int, nbytes: int) -> None:
+        """``cuMemcpyDtoD`` (pycuda's ``memcpy_dtod``) between device pointers offset into the two
+        allocations: on the default stream, so ordered with the kernels. Bounds are the arrays' ``nbytes``;
+        any byte alignment is allowed. (Not yet run on a GPU: tests run it against a stand-in driver.)"""
+        import pycuda.driver as driver
+        check_copy("CUDA", src.nbytes, src_offset, dst.nbytes, dst_offset, nbytes)
+        if nbytes:
+            self.transfers.copy(nbytes)
+            with self.active():
+                try:
+                    driver.memcpy_dtod(int(dst.allocation) + dst_offset, int(src.allocation) + src_offset, nbytes)
+                except driver.Error as error:
+                    raise CUDAError(f"CUDA copy_within of {nbytes} bytes failed: {error}") from error
 
     def synchronize(self) -> None:
         import pycuda.driver as driver

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad.ir.core import ShapedArray
-from funcgrad.lower.device import Device
+from funcgrad.lower.device import Device, Transfers, check_copy
 from funcgrad.lower.kernel import Kernel, UnsupportedDtypeError
 from funcgrad.lower.render_c import WORK_GROUP, kernel_function_name, render_opencl
 from funcgrad.util.caches import LRUCache, cache_size
@@ -137,6 +137,7 @@ class OpenCLDevice(Device):
         # one program per plan, by source; its cl.Kernels hold it, so eviction never breaks a cached plan
         self.programs: LRUCache[str, Any] = LRUCache(cache_size("FUNCGRAD_PLAN_CACHE_SIZE", 1024))
         self.stats = {"builds": 0, "program_hits": 0}
+        self.transfers: Transfers = Transfers()
 
     def __repr__(self) -> str:
         return f"OpenCLDevice({self.cl_device.name.strip()})"
@@ -147,6 +148,7 @@ class OpenCLDevice(Device):
         data = _bytes_of(array)
         if data.size == 0:
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 1)
+        self.transfers.upload(data.size)
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
 
     def allocate(self, aval: ShapedArray) -> Any:
@@ -158,8 +160,18 @@ class OpenCLDevice(Device):
         import pyopencl as cl
         out = np.empty(aval.shape, aval.dtype)
         if out.size:
+            self.transfers.download(out.nbytes)
             cl.enqueue_copy(self.queue, out.reshape(-1).view(np.uint8), buffer, is_blocking=True)
         return out
+
+    def copy_within(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
+        """``clEnqueueCopyBuffer`` on the device's in-order queue (ordered with the kernels, not waited
+        for). Bounds are the buffers' allocated sizes (an empty array's buffer holds 1 byte)."""
+        import pyopencl as cl
+        check_copy("CL", src.size, src_offset, dst.size, dst_offset, nbytes)
+        if nbytes:  # OpenCL refuses a copy of 0 bytes
+            self.transfers.copy(nbytes)
+            cl.enqueue_copy(self.queue, dst, src, src_offset=src_offset, dst_offset=dst_offset, byte_count=nbytes)
 
     def synchronize(self) -> None:
         self.queue.finish()

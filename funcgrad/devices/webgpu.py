@@ -28,7 +28,7 @@ import attrs
 import numpy as np
 
 from funcgrad.ir.core import ShapedArray
-from funcgrad.lower.device import Device
+from funcgrad.lower.device import Device, Transfers, check_copy
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.plan import run_on_host_arrays
 from funcgrad.lower.render_wgsl import (
@@ -199,6 +199,7 @@ class WebGPUDevice(Device):
         self.pipelines: LRUCache[str, Any] = LRUCache(cache_size("FUNCGRAD_KERNEL_CACHE_SIZE", 4096))
         self._fence = self.gpu.create_buffer(size=4, usage=_buffer_usage())
         self.stats = {"compiled": 0, "cached": 0}
+        self.transfers: Transfers = Transfers()
 
     def __repr__(self) -> str:
         info = self.adapter.info
@@ -207,6 +208,7 @@ class WebGPUDevice(Device):
     # --- device memory (the plan's resident protocol) ---
     def upload(self, array: np.ndarray) -> GPUArray:
         data = np.ascontiguousarray(array, dtype=storage_dtype(array.dtype)).reshape(-1)
+        self.transfers.upload(data.nbytes)
         buffer = self.gpu.create_buffer_with_data(data=data if data.size else np.zeros(1, data.dtype),
                                                   usage=_buffer_usage())
         return GPUArray(buffer, data.size)
@@ -216,8 +218,25 @@ class WebGPUDevice(Device):
         return GPUArray(self.gpu.create_buffer(size=max(4, size * 4), usage=_buffer_usage()), size)
 
     def download(self, array: GPUArray, aval: ShapedArray) -> np.ndarray:
+        self.transfers.download(array.size * 4)
         raw = np.frombuffer(self.gpu.queue.read_buffer(array.buffer), storage_dtype(aval.dtype))[:array.size]
         return (raw != 0 if aval.dtype == np.bool_ else raw.astype(aval.dtype)).reshape(aval.shape)
+
+    def copy_within(self, src: GPUArray, src_offset: int, dst: GPUArray, dst_offset: int, nbytes: int) -> None:
+        """``copy_buffer_to_buffer`` in a command buffer of its own, submitted in order with the kernels.
+        WebGPU requires the offsets and the size to be multiples of 4 bytes; an unaligned copy is refused
+        (``ValueError``). Every element is stored as one 32-bit word here (``storage_dtype``), so copies of
+        whole elements are always aligned. Bounds are the arrays' ``size`` words."""
+        check_copy("WEBGPU", src.size * 4, src_offset, dst.size * 4, dst_offset, nbytes, alignment=4)
+        if nbytes:
+            self.transfers.copy(nbytes)
+            encoder = self.gpu.create_command_encoder()
+            encoder.copy_buffer_to_buffer(src.buffer, src_offset, dst.buffer, dst_offset, nbytes)
+            self.gpu.queue.submit([encoder.finish()])
+
+    def stored_itemsize(self, dtype: Any) -> int:
+        """4: every dtype WEBGPU holds is stored as a 32-bit word (``render_wgsl.storage_dtype``)."""
+        return int(storage_dtype(np.dtype(dtype)).itemsize)
 
     def synchronize(self) -> None:
         """Wait for the queued work (reading a buffer back waits for it; wgpu-py 0.32's

@@ -22,8 +22,8 @@ A sub-plan may hold control steps itself (a scan in a scan's body). The backward
 products that need not run per step out of the loop. The per-step cost is the kernel calls and a few
 list operations, whatever the number of steps. With DEBUG or the NaN/inf checks on, each step is the
 sub-plan's checked ``run`` instead (DEBUG=2 then shows every step's kernels). A device that keeps values
-in its own memory (``resident``) runs its sub-plans through ``run`` too, so there the carries cross to
-the host once per step.
+in its own memory (``resident``) runs control flow on its buffers instead (``lower/device_control.py``:
+the carries stay on the device); these host runners serve it only when it has no ``copy_within``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import numpy as np
 
 from funcgrad.ir.core import ShapedArray
@@ -40,6 +41,9 @@ class Device:
 
     Memory: ``resident`` devices keep values in their own memory and provide ``upload``,
     ``allocate``, ``download`` and ``synchronize``; their kernels have ``launch(inputs, outputs)``.
+    One with ``copy_within`` (device-to-device bytes) runs control flow on its buffers
+    (``lower/device_control.py``); ``stored_itemsize`` is the bytes an element takes in its memory, and
+    ``transfers`` counts the host<->device traffic.
 
     Caches: ``memory_cache`` (anything with ``len``: compiled kernels kept in memory, counted by
     ``funcgrad.debug.live_counts``); ``plan_cache`` (a ``PlanDiskCache`` keeping whole plans on disk,
@@ -77,8 +81,20 @@ class Device:
         return None
 
     # --- resident devices ---
+    transfers: Transfers | None = None  # a resident device's counts of what crosses between host and device
+
     def upload(self, array: np.ndarray) -> Any:
         raise NotImplementedError(f"{self.name} keeps no values of its own")
+
+    def copy_within(self, src: Any, src_offset: int, dst: Any, dst_offset: int, nbytes: int) -> None:
+        """Copy ``nbytes`` bytes from ``src`` (at byte ``src_offset``) to ``dst`` (at ``dst_offset``), both
+        buffers of this device, without the host; queued in order with the kernels. Out-of-range copies
+        raise ``ValueError`` naming the operation and the values (``check_copy``)."""
+        raise NotImplementedError(f"{self.name} has no device-to-device copy")
+
+    def stored_itemsize(self, dtype: Any) -> int:
+        """The bytes one element of ``dtype`` takes in this device's buffers (offsets of ``copy_within``)."""
+        return int(np.dtype(dtype).itemsize)
 
     def allocate(self, aval: ShapedArray) -> Any:
         raise NotImplementedError(f"{self.name} keeps no values of its own")
@@ -88,6 +104,60 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for launched work (DEBUG=2 times each step); nothing to wait for by default."""
+
+
+@attrs.define
+class Transfers:
+    """What a resident device moved: host->device ``uploads`` and device->host ``downloads`` (calls and
+    bytes), and device-to-device ``copies`` (``copy_within``; no host involved)."""
+
+    uploads: int = 0
+    upload_bytes: int = 0
+    downloads: int = 0
+    download_bytes: int = 0
+    copies: int = 0
+    copy_bytes: int = 0
+
+    @property
+    def host(self) -> int:
+        """Host<->device transfers, both ways."""
+        return self.uploads + self.downloads
+
+    def upload(self, nbytes: int) -> None:
+        self.uploads += 1
+        self.upload_bytes += nbytes
+
+    def download(self, nbytes: int) -> None:
+        self.downloads += 1
+        self.download_bytes += nbytes
+
+    def copy(self, nbytes: int) -> None:
+        self.copies += 1
+        self.copy_bytes += nbytes
+
+    def snapshot(self) -> Transfers:
+        return attrs.evolve(self)
+
+
+def check_copy(device: str, src_size: int, src_offset: int, dst_size: int, dst_offset: int, nbytes: int,
+               alignment: int = 1) -> None:
+    """Refuse a ``copy_within`` that reads or writes outside its buffers (of ``src_size`` and ``dst_size``
+    bytes) or, with ``alignment``, whose offsets or size are not multiples of it; the message names the
+    device, the operation and the values."""
+    values = (f"src_offset={src_offset}, dst_offset={dst_offset}, nbytes={nbytes}, "
+              f"source buffer {src_size} bytes, destination buffer {dst_size} bytes")
+    if any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) for v in (src_offset, dst_offset, nbytes)):
+        raise TypeError(f"{device} copy_within: offsets and size must be integers ({values})")
+    if src_offset < 0 or dst_offset < 0 or nbytes < 0:
+        raise ValueError(f"{device} copy_within: negative offset or size ({values})")
+    if src_offset + nbytes > src_size:
+        raise ValueError(f"{device} copy_within: bytes [{src_offset}, {src_offset + nbytes}) are out of range of "
+                         f"the source buffer ({values})")
+    if dst_offset + nbytes > dst_size:
+        raise ValueError(f"{device} copy_within: bytes [{dst_offset}, {dst_offset + nbytes}) are out of range of "
+                         f"the destination buffer ({values})")
+    if alignment > 1 and (src_offset % alignment or dst_offset % alignment or nbytes % alignment):
+        raise ValueError(f"{device} copy_within: offsets and size must be multiples of {alignment} bytes ({values})")
 
 
 class OptimizerTarget:

@@ -43,6 +43,7 @@ from funcgrad.ir.core import IR, Literal, Var
 from funcgrad.lower import hooks, pool
 from funcgrad.lower.control import ControlStep, control_runner, is_control
 from funcgrad.lower.device import Device
+from funcgrad.lower.device_control import device_control_runner
 from funcgrad.lower.fuse import fuse_siblings
 from funcgrad.lower.kernel import Kernel
 from funcgrad.lower.scan_rewrite import rewrite_scans
@@ -184,13 +185,19 @@ class Plan:
                                       else step for step in scheduled]
         if restored is None:
             PHASE_SECONDS["schedule"] += time.perf_counter() - started
-        self.controls = {id(step): control_runner(step.eqn, lambda sub: compile_plan(sub, device))
+        # a resident device's control steps run on its buffers (lower/device_control.py)
+        self.resident = bool(device.resident)
+        self._const_buffers: list[Any] | None = None  # run_buffers' consts, uploaded once
+        self._literals: dict[int, Any] = {}  # literals as device buffers, uploaded once (``_literal_buffer``)
+        def compile_sub(sub: IR) -> Plan:
+            return compile_plan(sub, device)
+        self.controls = {id(step): device_control_runner(step.eqn, compile_sub, device) if self.resident
+                         else control_runner(step.eqn, compile_sub)
                          for step in self.steps if isinstance(step, ControlStep)}
         kernel_steps = [step for step in self.steps if isinstance(step, KernelStep)]
         self.kernels = [step.kernel for step in kernel_steps]
         compiled = restored[1] if restored is not None else device.compile_many(self.kernels)
         self.compiled = {id(step): kernel for step, kernel in zip(kernel_steps, compiled)}
-        self.resident = bool(device.resident)
         self.release_after = _last_uses(self.ir, self.steps)
         self.replay = None if self.resident else self._replay_steps()
         self.launches = self._launches() if self.replay is not None else None
@@ -375,16 +382,54 @@ class Plan:
 
 
     def _run_resident(self, args: Sequence[np.ndarray], consts: Sequence[np.ndarray] | None) -> list[np.ndarray]:
-        """``run`` for a device with its own memory: ``host`` and ``on_device`` hold each value
-        where it is; a value crosses over once, when a step on the other side first needs it."""
-        device: Any = self.device
+        """``run`` for a device with its own memory: the inputs start on the host, the outputs are downloaded."""
         host: dict[int, np.ndarray] = {}
-        on_device: dict[int, Any] = {}
-        avals: dict[int, Any] = {}
         for var, value in zip(self.ir.const_vars, self.ir.consts if consts is None else consts):
             host[var.id] = np.asarray(value)
         for var, value in zip(self.ir.in_vars, args):
             host[var.id] = np.asarray(value)
+        to_host, _ = self._resident_steps(host, {})
+        if debug_level() >= 1:
+            print(f"realized with {len(self.kernels)} kernels, "
+                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps{_controls_text(self.steps)} "
+                  f"on {self.device.name}", file=sys.stderr)
+        return [np.asarray(a.value) if isinstance(a, Literal) else to_host(a.id) for a in self.ir.outputs]
+
+    def run_buffers(self, buffers: Sequence[Any]) -> list[Any]:
+        """Run on a resident device's buffers (one per input of the plan's IR, as ``device.upload`` or a
+        kernel made them) and return the outputs as device buffers: nothing crosses to the host but what a
+        host step reads (and a control step's predicate or index, ``lower/device_control.py``). The consts
+        and literal outputs are uploaded once per plan and shared; an output may be an input buffer. The
+        caller must not write into the buffers it gets back (the loops copy out of them)."""
+        if not self.resident:
+            raise ValueError(f"run_buffers needs a device with its own memory; {self.device.name} has none "
+                             "(use run)")
+        if len(buffers) != len(self.ir.in_vars):
+            raise ValueError(f"plan takes {len(self.ir.in_vars)} input buffers, got {len(buffers)}")
+        on_device = {var.id: buffer for var, buffer in zip(self.ir.in_vars, buffers)}
+        if self.ir.const_vars:
+            if self._const_buffers is None:
+                self._const_buffers = [self.device.upload(np.ascontiguousarray(c, v.aval.dtype))
+                                       for v, c in zip(self.ir.const_vars, self.ir.consts)]
+            on_device.update({v.id: b for v, b in zip(self.ir.const_vars, self._const_buffers)})
+        _, to_device = self._resident_steps({}, on_device)
+        return [self._literal_buffer(a) if isinstance(a, Literal) else to_device(a) for a in self.ir.outputs]
+
+    def _literal_buffer(self, literal: Literal) -> Any:
+        """A literal as a device buffer, uploaded once per plan (loops pass it on every step)."""
+        buffer = self._literals.get(id(literal))
+        if buffer is None:
+            buffer = self._literals[id(literal)] = self.device.upload(np.asarray(literal.value, literal.aval.dtype))
+        return buffer
+
+    def _resident_steps(self, host: dict[int, np.ndarray], on_device: dict[int, Any]
+                        ) -> tuple[Callable[[int], np.ndarray], Callable[[Var], Any]]:
+        """The steps on a device with its own memory: ``host`` and ``on_device`` hold each value where it
+        is; a value crosses over once, when a step on the other side first needs it. Kernels and control
+        steps (loops over device buffers, ``lower/device_control.py``) read device buffers, host steps host
+        arrays. Returns the functions fetching a value to either side."""
+        device: Any = self.device
+        avals: dict[int, Any] = {v.id: v.aval for v in (*self.ir.const_vars, *self.ir.in_vars)}
 
         def to_device(var: Any) -> Any:
             if var.id not in on_device:
@@ -406,14 +451,20 @@ class Plan:
                 for var, buffer in zip(step.outputs, outputs):
                     on_device[var.id], avals[var.id] = buffer, var.aval
                 label = step.kernel.name
+            elif isinstance(step, ControlStep):  # on device buffers: the carries stay on the device
+                eqn = step.eqn
+                operands = [self._literal_buffer(a) if isinstance(a, Literal) else to_device(a) for a in eqn.inputs]
+                for var, buffer in zip(eqn.outputs, self.controls[id(step)](operands)):
+                    on_device[var.id], avals[var.id] = buffer, var.aval
+                length = eqn.param_dict.get("length")
+                label = f"loop {eqn.primitive.name}" + (f" x{length}" if length is not None else "")
             else:
                 for atom in step.eqn.inputs:
                     if not isinstance(atom, Literal):
                         to_host(atom.id)
-                if isinstance(step, ControlStep):  # its sub-plans run on the device, through run()
-                    label = _run_control(step, self.controls[id(step)], host)
-                else:
-                    label = _run_host(step, host)
+                label = _run_host(step, host)
+                for var in step.eqn.outputs:
+                    avals[var.id] = var.aval
             if checks:
                 hooks.check_step(self.ir, step, lambda var: to_host(var.id), checks)
             for var_id in self.release_after[position]:
@@ -422,11 +473,7 @@ class Plan:
             if level >= 2:
                 device.synchronize()
                 print(f"  {label:<40s} {(time.perf_counter() - started) * 1e6:9.1f} us", file=sys.stderr)
-        if level >= 1:
-            print(f"realized with {len(self.kernels)} kernels, "
-                  f"{sum(isinstance(s, HostStep) for s in self.steps)} host steps{_controls_text(self.steps)} "
-                  f"on {device.name}", file=sys.stderr)
-        return [np.asarray(a.value) if isinstance(a, Literal) else to_host(a.id) for a in self.ir.outputs]
+        return to_host, to_device
 
 
 def _last_uses(ir: IR, steps: Sequence[PlanStep]) -> list[list[int]]:

@@ -159,6 +159,15 @@ def test_launch_shapes() -> None:
 
 # --- the device's driver calls, against a stand-in for pycuda.driver --------------------------------
 
+class FakeAllocation(bytearray):
+    """A fake device allocation: its bytes, and ``int()`` its device address, as pycuda's DeviceAllocation."""
+
+    address = 0
+
+    def __int__(self) -> int:
+        return self.address
+
+
 class FakeDriver(types.ModuleType):
     """Enough of ``pycuda.driver`` to run the device's code: memory is host bytes, and a launched
     function runs its kernel with the NumPy evaluator (found by name in ``kernels``)."""
@@ -191,11 +200,11 @@ class FakeDriver(types.ModuleType):
                 return types.SimpleNamespace(push=lambda: None)
 
         class Function:
-            def __init__(self, name: str) -> None:
-                self.name = name
+            def __init__(self, name: str, source: str = "") -> None:
+                self.name, self.source = name, source
 
             def __call__(self, *allocations: bytearray, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
-                kernel = driver.kernels[self.name]
+                kernel = driver.by_source.get(self.source) or driver.kernels[self.name]
                 driver.launches.append((self.name, grid, block))
                 outs = len(kernel.out_avals)
                 inputs = [np.frombuffer(bytes(memory), a.dtype)[:int(np.prod(a.shape))].reshape(a.shape)
@@ -206,8 +215,29 @@ class FakeDriver(types.ModuleType):
         self.Device = Device
         self.Context = types.SimpleNamespace(pop=lambda: None, synchronize=lambda: None)
         self.init = lambda: None
-        self.mem_alloc = lambda nbytes: bytearray(nbytes)
-        self.module_from_buffer = lambda cubin: types.SimpleNamespace(get_function=Function)
+        self.allocations: list[FakeAllocation] = []
+        self.module_from_buffer = lambda cubin: types.SimpleNamespace(
+            get_function=lambda name: Function(name, cubin.decode()))
+        self.by_source: dict[str, Kernel] = {}  # a module's CUDA source -> its kernel (``register_kernels``)
+
+    def mem_alloc(self, nbytes: int) -> FakeAllocation:
+        """Host bytes standing in for device memory, at a made-up device address (``int(allocation)``)."""
+        allocation = FakeAllocation(nbytes)
+        allocation.address = (len(self.allocations) + 1) << 32
+        self.allocations.append(allocation)
+        return allocation
+
+    def memcpy_dtod(self, dest: int, src: int, size: int) -> None:
+        """cuMemcpyDtoD on raw device addresses (an allocation's address plus an offset), range-checked."""
+        self.copies["dtod"] = self.copies.get("dtod", 0) + 1
+
+        def find(address: int) -> tuple[FakeAllocation, int]:
+            allocation = self.allocations[(address >> 32) - 1]
+            offset = address - allocation.address
+            assert offset >= 0 and offset + size <= len(allocation), (address, size, len(allocation))
+            return allocation, offset
+        (target, at), (source, start) = find(dest), find(src)
+        target[at:at + size] = source[start:start + size]
 
     def memcpy_htod(self, memory: bytearray, data: np.ndarray) -> None:
         self.copies["htod"] += 1
@@ -225,7 +255,7 @@ def fake_driver(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
     package.driver = driver  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pycuda", package)
     monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
-    monkeypatch.setattr(cuda, "compile_cuda", lambda source, arch, output: b"cubin")
+    monkeypatch.setattr(cuda, "compile_cuda", lambda source, arch, output: source.encode())
     return driver
 
 
@@ -254,6 +284,49 @@ def test_device_runs_plans_resident_through_the_driver(fake_driver: FakeDriver) 
     device.compile(kernel)([np.arange(4).astype(bf16)], [out])
     assert np.array_equal(out, -np.arange(4).astype(bf16)) and fake_driver.launches[-1][1:] == ((1, 1, 1),
                                                                                               (cuda.BLOCK_SIZE, 1, 1))
+
+
+def test_scans_run_on_device_buffers_through_the_driver(fake_driver: FakeDriver,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA's ``copy_within`` (memcpy_dtod on offset pointers) driving a scan and its gradient (never run on
+    a GPU: this stand-in evaluates the launches with NumPy): results against the interpreter, and the same
+    host copies at 5 and 50 steps."""
+    from funcgrad import Tensor, lax
+    from funcgrad.ir.interpreter import eval_ir
+    from funcgrad.lower import plan as plan_module
+    from funcgrad.util.caches import LRUCache
+
+    monkeypatch.setattr(plan_module, "_PLANS", LRUCache(64))  # keep the stand-in's plans out of the real cache
+    compile_kernel = cuda.CUDADevice.compile
+
+    def registering_compile(self: cuda.CUDADevice, kernel: Kernel) -> cuda.CUDAKernel:
+        fake_driver.by_source[render_cuda([kernel])[0]] = kernel
+        return compile_kernel(self, kernel)
+    monkeypatch.setattr(cuda.CUDADevice, "compile", registering_compile)
+    device = cuda.CUDADevice()
+
+    def rnn(w: fg.Tensor, xs: fg.Tensor, h0: fg.Tensor) -> fg.Tensor:
+        def step(h: fg.Tensor, x: fg.Tensor) -> tuple[fg.Tensor, fg.Tensor]:
+            h = fnp.tanh(h @ w + x)
+            return h, h * h
+        h, ys = lax.scan(step, h0, xs)
+        return fnp.sum(ys) + fnp.sum(h)
+    rng = np.random.default_rng(5)
+    moved = {}
+    for steps in (5, 50):
+        args = [rng.standard_normal(shape).astype(np.float32) * 0.5 for shape in ((4, 4), (steps, 3, 4), (3, 4))]
+        lowered = fg.jit(fg.grad(rnn, argnums=(0, 2))).lower(*[Tensor(a) for a in args])
+        arrays = [c.numpy() for c in lowered.consts] + args
+        plan = plan_module.compile_plan(lowered.ir, device)
+        fake_driver.copies = {"htod": 0, "dtoh": 0}
+        got = plan.run(arrays)
+        moved[steps] = dict(fake_driver.copies)
+        for value, want in zip(got, eval_ir(lowered.ir, arrays)):
+            np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+    assert (moved[5]["htod"], moved[5]["dtoh"]) == (moved[50]["htod"], moved[50]["dtoh"])
+    assert moved[50]["dtod"] > moved[5]["dtod"] > 0
+    with pytest.raises(ValueError, match=r"CUDA copy_within: bytes \[8, 24\) are out of range of the source"):
+        device.copy_within(device.upload(np.zeros(4, np.float32)), 8, device.allocate(plan.ir.out_avals[0]), 0, 16)
 
 
 # --- on a GPU ------------------------------------------------------------------------------------------
