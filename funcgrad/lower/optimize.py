@@ -83,7 +83,12 @@ def _transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
 
 
 def _threads(kernel: Kernel) -> int:
-    return optimizer_target().heuristic_threads(kernel)
+    from funcgrad.lower.render_transpose import transpose_threads
+    target = optimizer_target()
+    threads = target.heuristic_threads(kernel)
+    if threads == 1 and kernel.acc_dtype is None:  # a large transpose is bound by latency: every core
+        threads = transpose_threads(kernel, target.thread_count())
+    return threads
 
 
 def heuristic_opts(kernel: Kernel, tile: bool = True) -> tuple[Opt, ...]:
