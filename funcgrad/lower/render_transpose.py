@@ -45,6 +45,7 @@ MIN_BYTES = 1 << 15  # an operand this small stays in L1 whatever the order of i
 CACHE_LINE = 64
 L1_SETS = 64
 L1_WAYS = 10
+PLAIN_ROW = 64  # the plain loops' strided rows shorter than this run slowly, whatever the cache does
 SIMULATED_LINES = 1 << 16  # a walk longer than this is taken not to fit L1 without counting its lines
 THREAD_BYTES = 3 << 17  # operands read transposed from this many bytes on run on every core (384 KB)
 
@@ -102,7 +103,8 @@ def transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
             transposed = _transposed_loads(kernel, axis, block)
             moved = sum(int(np.prod(kernel.in_avals[load.arg].shape)) * load.dtype.itemsize for load in transposed)
             if moved >= MIN_BYTES and moved > best_bytes and _others_vectorise(kernel, transposed) \
-                    and not all(_plain_walk_fits_l1(kernel, axis, load) for load in transposed):
+                    and (kernel.shape[-1] < PLAIN_ROW or not all(_plain_walk_fits_l1(kernel, axis, load)
+                                                                for load in transposed)):
                 best, best_bytes = Opt("transpose", axis, block), moved
     return None if best is None else (best,)
 
