@@ -83,12 +83,7 @@ def _transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
 
 
 def _threads(kernel: Kernel) -> int:
-    from funcgrad.lower.render_transpose import transpose_threads
-    target = optimizer_target()
-    threads = target.heuristic_threads(kernel)
-    if threads == 1 and kernel.acc_dtype is None:  # a large transpose is bound by latency: every core
-        threads = transpose_threads(kernel, target.thread_count())
-    return threads
+    return optimizer_target().heuristic_threads(kernel)
 
 
 def heuristic_opts(kernel: Kernel, tile: bool = True) -> tuple[Opt, ...]:

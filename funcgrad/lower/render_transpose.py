@@ -12,6 +12,12 @@ lane number), and 16 vector stores into a small stack buffer laid out ``[a][j]``
 outputs are computed for the block's 256 elements with that operand read from the buffer, contiguous
 along ``j`` like every other operand, so the loop vectorises. Positions outside whole blocks (an
 extent that is not a multiple of 16) run the kernel's plain per-element code.
+
+``A`` may be axis 0, the one the threads split: a rank-2 copy ``out[i, j] = x[j, i]`` (a weight
+gradient that comes out of its product in the other layout) runs its whole blocks of rows from the
+thread's ``%start``, the rows left over element by element. 8-byte elements (float64, int64) take
+``transpose(A, 8)``: 8 x 8 blocks, three shuffle rounds. The heuristic leaves to the plain loops a
+transposed read whose column walk stays in L1 (``_plain_walk_fits_l1``) along rows of >= 64.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from funcgrad.lower.render_loops import (
     substitute,
 )
 
-__all__ = ["transpose_opts", "transpose_threads", "check_transpose_opts", "render_transpose", "BLOCK", "BLOCKS"]
+__all__ = ["transpose_opts", "check_transpose_opts", "render_transpose", "BLOCK", "BLOCKS"]
 
 BLOCK = 16  # float32 lanes in one 512-bit register: a block is 16 x 16
 VECTOR_BYTES = 64  # one 512-bit register (and one cache line): a block's side is this many bytes
@@ -47,7 +53,6 @@ L1_SETS = 64
 L1_WAYS = 10
 PLAIN_ROW = 64  # the plain loops' strided rows shorter than this run slowly, whatever the cache does
 SIMULATED_LINES = 1 << 16  # a walk longer than this is taken not to fit L1 without counting its lines
-THREAD_BYTES = 3 << 17  # operands read transposed from this many bytes on run on every core (384 KB)
 
 
 def _block_type(dtype: np.dtype, block: int) -> bool:
@@ -125,22 +130,6 @@ def _plain_walk_fits_l1(kernel: Kernel, axis: int, load: KExpr) -> bool:
         offsets = np.add.outer(offsets, np.arange(extent, dtype=np.int64) * int(step))
     lines = np.unique(offsets.ravel() * load.dtype.itemsize // CACHE_LINE)
     return int(np.bincount(lines % L1_SETS, minlength=L1_SETS).max()) <= L1_WAYS
-
-
-def transpose_threads(kernel: Kernel, threads: int) -> int:
-    """The chunks of axis 0 for an elementwise kernel reading >= ``THREAD_BYTES`` transposed (blocked or
-    not): ``threads`` (the machine's CPUs), as a transpose is bound by memory latency, not work (a
-    469 KB float32 copy on two cores took 0.6x the time on one); 1 for other kernels."""
-    rank = len(kernel.shape)
-    if kernel.reduce_expr is not None or kernel.reduce_shape or rank < 2 or threads < 2 or kernel.shape[0] < 2:
-        return 1
-    for block in BLOCKS:
-        for axis in range(rank - 1):
-            moved = sum(int(np.prod(kernel.in_avals[load.arg].shape)) * load.dtype.itemsize
-                        for load in _transposed_loads(kernel, axis, block))
-            if moved >= THREAD_BYTES:
-                return min(threads, kernel.shape[0])
-    return 1
 
 
 def _others_vectorise(kernel: Kernel, transposed: list[KExpr]) -> bool:

@@ -71,7 +71,7 @@ def test_blocked_rank2_copy_equals_numpy(device: CPUDevice, rows: int, columns: 
 @pytest.mark.parametrize("shape", [(64, 64), (300, 1000), (1000, 300), (384, 1536), (1536, 384), (257, 513),
                                    (513, 257)], ids=str)
 def test_heuristic_copies_equal_numpy(device: CPUDevice, shape: tuple[int, int], dtype: str) -> None:
-    """The shapes the rule was measured at, with the heuristic's own opts (blocked or not, threaded or not)."""
+    """The shapes the rule was measured at, with the heuristic's own opts (blocked or not)."""
     x = values(shape, dtype, seed=1)
     kernel = copy_kernel(shape, dtype)
     (got,) = run(device, attrs.evolve(kernel, opts=heuristic_opts(kernel)), [x])
@@ -125,17 +125,6 @@ def test_heuristic_rank3_rules() -> None:
     assert transpose_of(copy_kernel((24, 96, 512), "float32", (2, 0, 1))) == Opt("transpose", 0, 16)
 
 
-def test_threads_for_large_transposed_reads() -> None:
-    """Transposes reading >= THREAD_BYTES split axis 0 over the CPUs, blocked or not; small ones do not."""
-    threads = render_transpose.transpose_threads
-    assert threads(copy_kernel((384, 1536), "float32"), 2) == 2
-    assert threads(copy_kernel((300, 1000), "float32"), 2) == 2  # plain loops, threaded
-    assert threads(copy_kernel((300, 300), "float32"), 2) == 1  # 352 KB
-    assert threads(copy_kernel((384, 1536), "float32"), 1) == 1
-    (summed,) = kernels_of(lambda x: x.T.sum(axis=1), np.ones((384, 1536), np.float32))
-    assert threads(summed, 2) == 1
-
-
 def test_rank3_axis0_blocked_equals_numpy(device: CPUDevice) -> None:
     """out[c, n, p] = x[n, p, c]: the transposed axis is axis 0, the loop over n outside the blocks."""
     x = values((5, 40, 37), "float32", seed=3)
@@ -161,7 +150,7 @@ def test_invalid_axis0_actions_raise() -> None:
 
 def test_weight_gradient_copy_through_jit() -> None:
     """End to end: a layer's weight gradient comes out of its product transposed and is copied by one
-    blocked, threaded rank-2 kernel (transformer_step_2's E_384_1536); the kernel count is what the
+    blocked rank-2 kernel (transformer_step_2's E_384_1536); the kernel count is what the
     plain loops give, the gradients match NumPy in float64."""
     rng = np.random.default_rng(4)
     x = rng.standard_normal((4, 24, 384)).astype(np.float32)
