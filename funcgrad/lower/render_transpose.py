@@ -16,7 +16,8 @@ extent that is not a multiple of 16) run the kernel's plain per-element code.
 ``A`` may be axis 0, the one the threads split: a rank-2 copy ``out[i, j] = x[j, i]`` (a weight
 gradient that comes out of its product in the other layout) runs its whole blocks of rows from the
 thread's ``%start``, the rows left over element by element. 8-byte elements (float64, int64) take
-``transpose(A, 8)``: 8 x 8 blocks, three shuffle rounds. The heuristic leaves to the plain loops a
+``transpose(A, 8)``: 8 x 8 blocks, three shuffle rounds (valid opts, not chosen by the heuristic:
+they measured 0.5x to 2x the plain loops). The heuristic leaves to the plain loops a
 transposed read whose column walk stays in L1 (``_plain_walk_fits_l1``) along rows of >= 64.
 """
 
@@ -42,6 +43,7 @@ __all__ = ["transpose_opts", "check_transpose_opts", "render_transpose", "BLOCK"
 BLOCK = 16  # float32 lanes in one 512-bit register: a block is 16 x 16
 VECTOR_BYTES = 64  # one 512-bit register (and one cache line): a block's side is this many bytes
 BLOCKS = {16: ("float", "i32"), 8: ("double", "i64")}  # block side -> the element types it transposes
+HEURISTIC_BLOCKS = (16,)  # 8 x 8 float64 blocks measured mixed (0.5x to 2x the plain loops): chosen by hand only
 MIN_ELEMENTS = 1 << 14  # smaller kernels gain less than the compile time they cost
 MIN_BYTES = 1 << 15  # an operand this small stays in L1 whatever the order of its loads
 # The plain loops walk a transposed operand down a column, one cache line per element, and reuse each
@@ -90,16 +92,16 @@ def _loads_of(kernel: Kernel) -> list[KExpr]:
 
 
 def transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
-    """``(transpose(A, n),)`` for an elementwise kernel that reads a large operand transposed (see the
-    module docstring), choosing the axis ``A`` and block side ``n`` (16 for 4-byte elements, 8 for
-    8-byte ones) most such bytes move with; else None."""
+    """``(transpose(A, 16),)`` for an elementwise kernel that reads a large operand of 4-byte elements
+    transposed (see the module docstring), choosing the axis ``A`` most such bytes move along; else
+    None. 8 x 8 blocks of 8-byte elements are valid opts but not chosen (``HEURISTIC_BLOCKS``)."""
     rank = len(kernel.shape)
     if kernel.reduce_expr is not None or kernel.reduce_shape or rank < 2:
         return None
     if int(np.prod(kernel.shape)) < MIN_ELEMENTS:
         return None
     best, best_bytes = None, 0
-    for block in BLOCKS:
+    for block in HEURISTIC_BLOCKS:
         if kernel.shape[-1] < block:
             continue
         for axis in range(rank - 1):

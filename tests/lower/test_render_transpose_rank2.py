@@ -100,7 +100,7 @@ def transpose_of(kernel: Kernel) -> Opt | None:
     ((384, 1536), "float32", Opt("transpose", 0, 16)),  # the column walk of 384 lines falls in 2 of 64 sets
     ((1536, 384), "float32", Opt("transpose", 0, 16)),  # 1536 lines: more than L1 holds
     ((1000, 300), "float32", Opt("transpose", 0, 16)),  # 1000 lines, 16 to a set
-    ((384, 384), "float64", Opt("transpose", 0, 8)),
+    ((384, 384), "float64", None),  # 8 x 8 blocks: valid, not chosen (HEURISTIC_BLOCKS)
     ((128, 128), "float32", Opt("transpose", 0, 16)),  # 128 lines in 8 sets
     ((300, 1000), "float32", None),  # 300 lines of a 4000-byte stride: <= 5 to a set, they stay in L1
     ((257, 513), "float64", None),
