@@ -125,14 +125,21 @@ def test_heuristic_rank3_rules() -> None:
     assert transpose_of(copy_kernel((24, 96, 512), "float32", (2, 0, 1))) == Opt("transpose", 0, 16)
 
 
-def test_rank3_axis0_blocked_equals_numpy(device: CPUDevice) -> None:
-    """out[c, n, p] = x[n, p, c]: the transposed axis is axis 0, the loop over n outside the blocks."""
+def test_rank3_blocked_equals_numpy(device: CPUDevice) -> None:
+    """out[c, n, p] = x[n, p, c]: the transposed axis is axis 0, the loop over n outside the blocks; and
+    axis 1 of a kernel whose rows are long enough to run the column blocks outermost."""
     x = values((5, 40, 37), "float32", seed=3)
     kernel = copy_kernel(x.shape, "float32", (2, 0, 1))
     assert render_transpose._transposed_loads(kernel, 0)
     for opts in [(Opt("transpose", 0, 16),), (Opt("thread", 0, 2), Opt("transpose", 0, 16))]:
         (got,) = run(device, attrs.evolve(kernel, opts=opts), [x])
         assert_same_bits(got, np.transpose(x, (2, 0, 1)).copy())
+    y = values((3, 70, 53), "float32", seed=5)  # rows of 70: column blocks outermost (COLUMNS_OUTER)
+    kernel = copy_kernel(y.shape, "float32", (0, 2, 1))
+    assert kernel.shape[-1] > render_transpose.COLUMNS_OUTER * 16
+    for opts in [(Opt("transpose", 1, 16),), (Opt("thread", 0, 2), Opt("transpose", 1, 16))]:
+        (got,) = run(device, attrs.evolve(kernel, opts=opts), [y])
+        assert_same_bits(got, np.transpose(y, (0, 2, 1)).copy())
 
 
 def test_invalid_axis0_actions_raise() -> None:
