@@ -12,6 +12,13 @@ lane number), and 16 vector stores into a small stack buffer laid out ``[a][j]``
 outputs are computed for the block's 256 elements with that operand read from the buffer, contiguous
 along ``j`` like every other operand, so the loop vectorises. Positions outside whole blocks (an
 extent that is not a multiple of 16) run the kernel's plain per-element code.
+
+``A`` may be axis 0, the one the threads split: a rank-2 copy ``out[i, j] = x[j, i]`` (a weight
+gradient that comes out of its product in the other layout) runs its whole blocks of rows from the
+thread's ``%start``, the rows left over element by element. 8-byte elements (float64, int64) take
+``transpose(A, 8)``: 8 x 8 blocks, three shuffle rounds (valid opts, not chosen by the heuristic:
+they measured 0.5x to 2x the plain loops). The heuristic leaves to the plain loops a
+transposed read whose column walk stays in L1 (``_plain_walk_fits_l1``) along rows of >= 64.
 """
 
 from __future__ import annotations
@@ -22,23 +29,53 @@ import attrs
 import numpy as np
 
 from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, _affine, alu, const, var
-from funcgrad.lower.render_loops import _FunctionBuilder, _loads, _store_outputs, loop_variables, substitute
+from funcgrad.lower.render_loops import (
+    _FunctionBuilder,
+    _loads,
+    _store_outputs,
+    loop_variables,
+    memory_type,
+    substitute,
+)
 
-__all__ = ["transpose_opts", "check_transpose_opts", "render_transpose", "BLOCK"]
+__all__ = ["transpose_opts", "check_transpose_opts", "render_transpose", "BLOCK", "BLOCKS"]
 
-FLOAT32 = np.dtype(np.float32)
 BLOCK = 16  # float32 lanes in one 512-bit register: a block is 16 x 16
+VECTOR_BYTES = 64  # one 512-bit register (and one cache line): a block's side is this many bytes
+BLOCKS = {16: ("float", "i32"), 8: ("double", "i64")}  # block side -> the element types it transposes
+HEURISTIC_BLOCKS = (16,)  # 8 x 8 float64 blocks measured mixed (0.5x to 2x the plain loops): chosen by hand only
 MIN_ELEMENTS = 1 << 14  # smaller kernels gain less than the compile time they cost
 MIN_BYTES = 1 << 15  # an operand this small stays in L1 whatever the order of its loads
+# The plain loops walk a transposed operand down a column, one cache line per element, and reuse each
+# line for the next rows of axis A; that stays fast while those lines stay in L1. The model: 64-byte
+# lines in L1_SETS sets, at most L1_WAYS lines of the walk to a set (this CPU's 48 KB L1d has 12 ways:
+# two are left to the outputs' lines). docs/performance.md has the measurements behind it.
+CACHE_LINE = 64
+L1_SETS = 64
+L1_WAYS = 10
+# Rows of more than this many blocks run their column blocks outermost: each block then reads n input
+# rows along their length (n sequential streams) and the output is written in column strips; with row
+# blocks outermost a block writes n long output rows at once, slow when the output is not in cache (a
+# 384 x 1536 copy with a cold output: 1.47x the plain loops row blocks first, 0.80x column blocks
+# first; 0.43x and 0.37x hot). The CNN's rows of 2 blocks measured ~10% better row blocks first.
+COLUMNS_OUTER = 2
+PLAIN_ROW = 64  # the plain loops' strided rows shorter than this run slowly, whatever the cache does
+SIMULATED_LINES = 1 << 16  # a walk longer than this is taken not to fit L1 without counting its lines
 
 
-def _transposed_loads(kernel: Kernel, axis: int) -> list[KExpr]:
-    """The float32 loads of ``kernel`` that are contiguous along output axis ``axis`` and move with a
+def _block_type(dtype: np.dtype, block: int) -> bool:
+    return dtype.kind != "b" and np.dtype(dtype).itemsize * block == VECTOR_BYTES \
+        and memory_type(dtype) in BLOCKS.get(block, ())
+
+
+def _transposed_loads(kernel: Kernel, axis: int, block: int = BLOCK) -> list[KExpr]:
+    """The loads of ``kernel`` whose elements are ``VECTOR_BYTES / block`` bytes wide (float32 or
+    int32 for 16, float64 or int64 for 8), contiguous along output axis ``axis`` and moving with a
     stride other than 0 or 1 along the last axis, with no other use of either axis in their index."""
     last = len(kernel.shape) - 1
     found: list[KExpr] = []
     for load in _loads_of(kernel):
-        if load.dtype != FLOAT32:
+        if not _block_type(load.dtype, block):
             continue
         terms = _affine(load.args[0])
         if terms is None or terms.get(var(f"g{axis}")) != 1 or terms.get(var(f"g{last}"), 0) in (0, 1):
@@ -61,22 +98,46 @@ def _loads_of(kernel: Kernel) -> list[KExpr]:
 
 
 def transpose_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
-    """``(transpose(A, 16),)`` for an elementwise kernel that reads a large float32 operand transposed
-    (see the module docstring), choosing the axis ``A`` most such bytes are contiguous along; else None."""
+    """``(transpose(A, 16),)`` for an elementwise kernel that reads a large operand of 4-byte elements
+    transposed (see the module docstring), choosing the axis ``A`` most such bytes move along; else
+    None. 8 x 8 blocks of 8-byte elements are valid opts but not chosen (``HEURISTIC_BLOCKS``)."""
     rank = len(kernel.shape)
-    if kernel.reduce_expr is not None or kernel.reduce_shape or rank < 3 or kernel.shape[-1] < BLOCK:
+    if kernel.reduce_expr is not None or kernel.reduce_shape or rank < 2:
         return None
     if int(np.prod(kernel.shape)) < MIN_ELEMENTS:
         return None
     best, best_bytes = None, 0
-    for axis in range(1, rank - 1):
-        if kernel.shape[axis] < BLOCK:
+    for block in HEURISTIC_BLOCKS:
+        if kernel.shape[-1] < block:
             continue
-        transposed = _transposed_loads(kernel, axis)
-        moved = sum(int(np.prod(kernel.in_avals[load.arg].shape)) * 4 for load in transposed)
-        if moved >= MIN_BYTES and moved > best_bytes and _others_vectorise(kernel, transposed):
-            best, best_bytes = axis, moved
-    return None if best is None else (Opt("transpose", best, BLOCK),)
+        for axis in range(rank - 1):
+            if kernel.shape[axis] < block:
+                continue
+            transposed = _transposed_loads(kernel, axis, block)
+            moved = sum(int(np.prod(kernel.in_avals[load.arg].shape)) * load.dtype.itemsize for load in transposed)
+            if moved >= MIN_BYTES and moved > best_bytes and _others_vectorise(kernel, transposed) \
+                    and (kernel.shape[-1] < PLAIN_ROW or not all(_plain_walk_fits_l1(kernel, axis, load)
+                                                                for load in transposed)):
+                best, best_bytes = Opt("transpose", axis, block), moved
+    return None if best is None else (best,)
+
+
+def _plain_walk_fits_l1(kernel: Kernel, axis: int, load: KExpr) -> bool:
+    """Whether the plain loops' walk of ``load`` over the axes after ``axis`` (what runs between two
+    reads of one cache line) puts at most ``L1_WAYS`` distinct lines into any of ``L1_SETS`` sets: then
+    the lines stay in L1 for the next rows of ``axis`` and the blocked transpose has nothing to gain
+    (a 513 x 257 float32 copy ran 10-35% slower blocked; 384 x 1536, whose column walk falls in 2 sets,
+    2.7x faster)."""
+    terms = _affine(load.args[0]) or {}
+    extents = kernel.shape[axis + 1:]
+    if int(np.prod(extents)) > SIMULATED_LINES:
+        return False
+    offsets = np.zeros((), np.int64)
+    for depth, extent in enumerate(extents, start=axis + 1):
+        step = terms.get(var(f"g{depth}"), 0)
+        offsets = np.add.outer(offsets, np.arange(extent, dtype=np.int64) * int(step))
+    lines = np.unique(offsets.ravel() * load.dtype.itemsize // CACHE_LINE)
+    return int(np.bincount(lines % L1_SETS, minlength=L1_SETS).max()) <= L1_WAYS
 
 
 def _others_vectorise(kernel: Kernel, transposed: list[KExpr]) -> bool:
@@ -105,34 +166,38 @@ def check_transpose_opts(kernel: Kernel, opts: tuple[Opt, ...]) -> None:
         raise ValueError(f"kernel {kernel.name}: a blocked transpose takes one transpose action and a thread "
                          f"action, got {', '.join(map(str, opts))}")
     opt = transposes[0]
-    if kernel.reduce_expr is not None or kernel.reduce_shape or rank < 3:
-        raise ValueError(f"kernel {kernel.name}: transpose applies to elementwise kernels of rank >= 3")
-    if opt.amount != BLOCK or not 1 <= opt.axis < rank - 1:
-        raise ValueError(f"kernel {kernel.name}: transpose(a, {BLOCK}) takes an output axis a in 1..{rank - 2}, "
-                         f"got {opt}")
-    if not _transposed_loads(kernel, opt.axis):
-        raise ValueError(f"kernel {kernel.name}: no float32 operand is contiguous along axis {opt.axis} and "
-                         f"strided along the last axis: there is nothing to transpose")
+    if kernel.reduce_expr is not None or kernel.reduce_shape or rank < 2:
+        raise ValueError(f"kernel {kernel.name}: transpose applies to elementwise kernels of rank >= 2")
+    if opt.amount not in BLOCKS or not 0 <= opt.axis < rank - 1:
+        raise ValueError(f"kernel {kernel.name}: transpose(a, n) takes an output axis a in 0..{rank - 2} and a "
+                         f"block side n in {sorted(BLOCKS)}, got {opt}")
+    if not _transposed_loads(kernel, opt.axis, opt.amount):
+        raise ValueError(f"kernel {kernel.name}: no operand of {VECTOR_BYTES // opt.amount}-byte elements is "
+                         f"contiguous along axis {opt.axis} and strided along the last axis: there is nothing "
+                         f"to transpose")
 
 
-def _shuffle_masks(bit: int) -> tuple[str, str]:
+def _shuffle_masks(bit: int, lanes: int = BLOCK) -> tuple[str, str]:
     """The two shuffle masks of one transpose round: it exchanges bit ``bit`` of the row number (of a
     pair of rows p, q = p + 2^bit) with bit ``bit`` of the lane number."""
     step = 1 << bit
-    low = [lane if not lane & step else BLOCK + lane - step for lane in range(BLOCK)]
-    high = [lane + step if not lane & step else BLOCK + lane for lane in range(BLOCK)]
+    low = [lane if not lane & step else lanes + lane - step for lane in range(lanes)]
+    high = [lane + step if not lane & step else lanes + lane for lane in range(lanes)]
     return ("<" + ", ".join(f"i32 {x}" for x in low) + ">", "<" + ", ".join(f"i32 {x}" for x in high) + ">")
 
 
 def transpose_rows(rows: list[str], shuffle: Callable[[str, str, str], str]) -> list[str]:
-    """Transpose 16 vectors (``rows[j]`` lane ``a``) into 16 vectors (lane ``j`` of vector ``a``) with
-    ``shuffle(x, y, mask) -> name``: four rounds of 16 two-input shuffles."""
+    """Transpose n vectors (``rows[j]`` lane ``a``, n a power of two) into n vectors (lane ``j`` of
+    vector ``a``) with ``shuffle(x, y, mask) -> name``: log2(n) rounds of n two-input shuffles."""
+    lanes = len(rows)
+    if lanes & (lanes - 1) or lanes < 2:
+        raise ValueError(f"transpose_rows takes a power-of-two count of vectors, got {lanes}")
     current = list(rows)
-    for bit in range(4):
-        low, high = _shuffle_masks(bit)
+    for bit in range(lanes.bit_length() - 1):
+        low, high = _shuffle_masks(bit, lanes)
         step = 1 << bit
         nxt = list(current)
-        for p in range(BLOCK):
+        for p in range(lanes):
             if p & step:
                 continue
             q = p + step
@@ -145,12 +210,12 @@ def transpose_rows(rows: list[str], shuffle: Callable[[str, str, str], str]) -> 
 class _Transpose:
     def __init__(self, builder: _FunctionBuilder, kernel: Kernel) -> None:
         self.b, self.kernel = builder, kernel
-        self.axis = next(opt.axis for opt in kernel.opts or () if opt.action == "transpose")
+        opt = next(opt for opt in kernel.opts or () if opt.action == "transpose")
+        self.axis, self.n = opt.axis, opt.amount
         self.last = len(kernel.shape) - 1
-        self.loads = _transposed_loads(kernel, self.axis)
+        self.loads = _transposed_loads(kernel, self.axis, self.n)
         self.allocas: list[str] = []
         self.count = 0
-        self.vector = f"<{BLOCK} x float>"
 
     def loop(self, kind: str) -> str:
         self.count += 1
@@ -159,42 +224,63 @@ class _Transpose:
         return name
 
     def render(self) -> None:
-        b, kernel = self.b, self.kernel
+        """The loops over the other axes (axis 0, split by the threads, outermost), then the blocks:
+        rows of axis ``A`` in blocks of n (over the thread's [start, end) when ``A`` is axis 0) and
+        columns in blocks of n, the column blocks outermost when a row has more than COLUMNS_OUTER
+        of them; the edges that do not fill a block element by element."""
+        b, kernel, n = self.b, self.kernel, self.n
         entry = len(b.lines)
-        rank = len(kernel.shape)
-        names = {depth: self.loop(f"g{depth}.") for depth in range(rank) if depth not in (self.axis, self.last)}
-        b.open_loop(names[0], "%start", "%end")
-        b.var_names["g0"] = names[0]
-        for depth in range(1, rank - 1):
+        names = {}
+        for depth in range(self.last):
             if depth != self.axis:
-                b.open_loop(names[depth], "0", str(kernel.shape[depth]))
+                names[depth] = self.loop(f"g{depth}.")
+                b.open_loop(names[depth], "%start" if depth == 0 else "0",
+                            "%end" if depth == 0 else str(kernel.shape[depth]))
                 b.var_names[f"g{depth}"] = names[depth]
         rows, columns = kernel.shape[self.axis], kernel.shape[self.last]
-        whole_rows, whole_columns = rows - rows % BLOCK, columns - columns % BLOCK
-        if whole_rows and whole_columns:
+        whole_columns = columns - columns % n
+        if self.axis == 0:  # this thread's rows: whole blocks from %start, the rest element by element
+            row_start, row_end = "%start", "%end"
+            count = b.instantiate("{out} = sub i64 %end, %start")
+            whole = b.instantiate("{out} = and i64 {x}, " + str(-n), x=count)
+            whole_end = b.instantiate("{out} = add i64 %start, {x}", x=whole)
+        else:
+            row_start, row_end, whole_end = "0", str(rows), str(rows - rows % n)
+        if whole_columns > COLUMNS_OUTER * n and whole_end != "0":  # column blocks outermost
             row_block, column_block = self.loop("ab"), self.loop("jb")
-            b.open_loop(row_block, "0", str(whole_rows))
+            b.open_loop(column_block, "0", str(whole_columns))
+            b.open_loop(row_block, row_start, whole_end)
+            self.block(row_block, column_block)
+            b.close_loop(row_block, n)
+            b.close_loop(column_block, n)
+            if whole_columns < columns:  # the last columns of the whole rows, element by element
+                self.plain(row_start, whole_end, str(whole_columns), str(columns))
+            if whole_end != row_end:
+                self.plain(whole_end, row_end, "0", str(columns))
+        elif whole_columns and whole_end != "0":  # short rows: row blocks outermost
+            row_block, column_block = self.loop("ab"), self.loop("jb")
+            b.open_loop(row_block, row_start, whole_end)
             b.open_loop(column_block, "0", str(whole_columns))
             self.block(row_block, column_block)
-            b.close_loop(column_block, BLOCK)
+            b.close_loop(column_block, n)
             if whole_columns < columns:  # the last columns of these rows, element by element
-                self.plain(f"%{row_block}", b.instantiate("{out} = add i64 %" + row_block + f", {BLOCK}"),
+                self.plain(f"%{row_block}", b.instantiate("{out} = add i64 %" + row_block + f", {n}"),
                            str(whole_columns), str(columns))
-            b.close_loop(row_block, BLOCK)
-        if whole_rows < rows or not whole_columns:
-            start = str(whole_rows) if whole_columns else "0"
-            self.plain(start, str(rows), "0", str(columns))
-        for depth in reversed(range(1, rank - 1)):
-            if depth != self.axis:
+            b.close_loop(row_block, n)
+            if whole_end != row_end:
+                self.plain(whole_end, row_end, "0", str(columns))
+        else:
+            self.plain(row_start, row_end, "0", str(columns))
+        for depth in reversed(range(self.last)):
+            if depth in names:
                 b.close_loop(names[depth])
-        b.close_loop(names[0])
-        for depth in range(rank):
+        for depth in range(self.last + 1):
             b.var_names.pop(f"g{depth}", None)
         b.lines[entry:entry] = ["  " + line for line in self.allocas]
 
     def block(self, row_block: str, column_block: str) -> None:
-        """One 16 x 16 block from rows ``%row_block`` and columns ``%column_block``."""
-        b = self.b
+        """One n x n block from rows ``%row_block`` and columns ``%column_block``."""
+        b, n = self.b, self.n
         saved = dict(b.cache)
         axis, last = f"g{self.axis}", f"g{self.last}"
         b.var_names[axis], b.var_names[last] = row_block, column_block
@@ -202,28 +288,35 @@ class _Transpose:
         inner_row, inner_column = self.loop("a"), self.loop("j")
         for number, load in enumerate(self.loads):
             name = f"tb{self.count}.{number}"
-            self.allocas.append(f"%in{name} = alloca [{BLOCK * BLOCK} x float], align 64")
+            element = memory_type(load.dtype)
+            vector = f"<{n} x {element}>"
+            self.allocas.append(f"%in{name} = alloca [{n * n} x {element}], align 64")
             vectors = []
-            for column in range(BLOCK):
+            for column in range(n):
                 index = b.value(substitute(load.args[0], last, column))
-                pointer = b.instantiate("{out} = getelementptr inbounds float, ptr %in{n}, i64 {i}",
-                                        n=load.arg, i=index)
-                vectors.append(b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 4", p=pointer))
-            rows = transpose_rows(vectors, lambda x, y, mask: b.instantiate(
-                "{out} = shufflevector " + self.vector + " {x}, " + self.vector + " {y}, <16 x i32> " + mask, x=x, y=y))
+                pointer = b.instantiate("{out} = getelementptr inbounds {t}, ptr %in{n}, i64 {i}",
+                                        t=element, n=load.arg, i=index)
+                vectors.append(b.instantiate("{out} = load " + vector + ", ptr {p}, align 4", p=pointer))
+            shuffle = "{out} = shufflevector " + vector + " {x}, " + vector + " {y}, <" + str(n) + " x i32> "
+
+            def shuffled(x: str, y: str, mask: str, template: str = shuffle) -> str:
+                return b.instantiate(template + mask, x=x, y=y)
+
+            rows = transpose_rows(vectors, shuffled)
             for row, value in enumerate(rows):
-                slot = b.instantiate("{out} = getelementptr inbounds float, ptr %in" + name + f", i64 {row * BLOCK}")
-                b.emit(f"store {self.vector} {value}, ptr {slot}, align 64")
-            position = alu("add", alu("mul", var(inner_row), const(BLOCK, INDEX)), var(inner_column))
-            buffers[load] = KExpr("load", FLOAT32, (position,), name)
+                slot = b.instantiate("{out} = getelementptr inbounds " + element + ", ptr %in" + name
+                                     + f", i64 {row * n}")
+                b.emit(f"store {vector} {value}, ptr {slot}, align 64")
+            position = alu("add", alu("mul", var(inner_row), const(n, INDEX)), var(inner_column))
+            buffers[load] = KExpr("load", load.dtype, (position,), name)
         outputs = tuple(_replace_loads(e, buffers, {}) for e in self.kernel.outputs)
         b.cache = dict(saved)
-        b.open_loop(inner_row, "0", str(BLOCK))
-        b.open_loop(inner_column, "0", str(BLOCK))
+        b.open_loop(inner_row, "0", str(n))
+        b.open_loop(inner_column, "0", str(n))
         b.var_names[axis] = b.instantiate("{out} = add i64 %" + row_block + ", %" + inner_row)[1:]
         b.var_names[last] = b.instantiate("{out} = add i64 %" + column_block + ", %" + inner_column)[1:]
         _store_outputs(b, attrs.evolve(self.kernel, outputs=outputs), [f"g{d}" for d in range(len(self.kernel.shape))])
-        b.close_loop(inner_column, hints=("vectorize", f"width={BLOCK}", "no_unroll"))  # one vector per row
+        b.close_loop(inner_column, hints=("vectorize", f"width={n}", "no_unroll"))  # one vector per row
         b.close_loop(inner_row)
         b.cache = saved
         del b.var_names[axis], b.var_names[last]
