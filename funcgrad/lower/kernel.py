@@ -741,8 +741,13 @@ def merge_loops(kernel: Kernel) -> Kernel:
             _index_roots(e, roots, seen)
         # the outermost reduction loop stays apart, so a long float sum keeps two levels (partial sums)
         candidates = [("r", d) for d in range(1, len(kernel.reduce_shape) - 1)]
+        # output loops: all of them without a reduction; with a one-loop reduction (a product over one
+        # contraction), those before the last two: the batch-like loops merge into the rows (a 2-D product
+        # reaches the tile's packing, ``render_tile._packable``), the columns stay
         if kernel.reduce_expr is None:
             candidates += [("g", d) for d in range(len(kernel.shape) - 1)]
+        elif len(kernel.reduce_shape) == 1:
+            candidates += [("g", d) for d in range(len(kernel.shape) - 2)]
         for kind, d in candidates:
             extents = kernel.reduce_shape if kind == "r" else kernel.shape
             if _mergeable(roots, f"{kind}{d}", f"{kind}{d + 1}", extents[d + 1]):

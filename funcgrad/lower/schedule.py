@@ -821,8 +821,9 @@ def _column_operand_layouts(ir: IR, stored: set[int], products: set[int]) -> dic
             continue
         (lc, rc), (lb, rb) = eqn.param_dict["contracting"], eqn.param_dict["batch"]
         lhs, rhs = eqn.inputs[0].aval, eqn.inputs[1].aval
-        if eqn.outputs[0].aval.ndim == 2 and len(lc) == 1:
-            continue  # the tile packs it (render_tile._packable)
+        if len(lc) == 1 and not lb and rhs.ndim == 2 and _consecutive_free(lhs.ndim, lc) \
+                and _kernels_merge_to_2d(ir, eqn, stored, producer):
+            continue  # 2-D once its kernel merges the lhs's free loops (kernel.merge_loops): the tile packs it
         lhs_free = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
         rhs_free = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
         if not rc or not rhs_free or not isinstance(eqn.inputs[1], Var):
@@ -841,6 +842,44 @@ def _column_operand_layouts(ir: IR, stored: set[int], products: set[int]) -> dic
         if strides and all(stride != 1 for stride in strides):
             chosen[position] = (*rb, *rc, *rhs_free)
     return chosen
+
+
+def _kernels_merge_to_2d(ir: IR, eqn: Eqn, stored: set[int], producer: dict[int, Eqn]) -> bool:
+    """Whether every kernel computing ``eqn``'s product (the stored values reached from its output through
+    inlined ones) has two loops once its loops merge: an epilogue that reads something per batch, not per
+    row (``+ c[:, None, :]``), keeps the loops apart, and then the column operand must be stored instead."""
+    readers: dict[int, list[Eqn]] = {}
+    for other in ir.eqns:
+        for atom in other.inputs:
+            if isinstance(atom, Var):
+                readers.setdefault(atom.id, []).append(other)
+    roots: dict[int, Var] = {}
+    todo, seen = [eqn.outputs[0]], set()
+    while todo:
+        var = todo.pop()
+        if var.id in seen:
+            continue
+        seen.add(var.id)
+        if var.id in stored:
+            roots[var.id] = var
+            continue
+        todo += [out for reader in readers.get(var.id, []) for out in reader.outputs]
+    for root in roots.values():
+        builder = _KernelBuilder(producer, lambda v: v.id in stored)
+        value = builder.value(root, [K.var(f"g{i}") for i in range(root.aval.ndim)], root=True)
+        reduce_op, reduce_shape, reduce_expr = builder.reduce or (None, (), None)
+        kernel = K.simplify_kernel(K.Kernel(name="probe", shape=root.aval.shape,
+                                            in_avals=tuple(v.aval for v in builder.loads), out_avals=(root.aval,),
+                                            outputs=(value,), reduce_shape=reduce_shape, reduce_op=reduce_op,
+                                            reduce_expr=reduce_expr))
+        if len(kernel.shape) != 2:
+            return False
+    return bool(roots)
+
+
+def _consecutive_free(ndim: int, contracting: Sequence[int]) -> bool:
+    free = [d for d in range(ndim) if d not in contracting]
+    return free == list(range(free[0], free[0] + len(free))) if free else False
 
 
 def _depends_on(e: K.KExpr, name: str) -> bool:

@@ -101,7 +101,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, fn, numpy_fn, shapes", CASES, ids=[c[0] for c in CASES])
+STORED = [c for c in CASES if c[0] != "over batch and sequence"]
+
+
+@pytest.mark.parametrize("name, fn, numpy_fn, shapes", STORED, ids=[c[0] for c in STORED])
 def test_strided_column_operand_is_stored_in_product_order_and_tiled(name: str, fn: Any, numpy_fn: Any,
                                                                      shapes: Any) -> None:
     kernels = _kernels(fn, *_args(*shapes))
@@ -112,6 +115,37 @@ def test_strided_column_operand_is_stored_in_product_order_and_tiled(name: str, 
     assert [K._affine(load.args[0]).get(K.var(column)) for load in loads] == [1], name
     assert render_tile._tileable(product), name
     assert copy.out_avals[0] == product.in_avals[loads[0].arg], name  # the column operand is the copy
+
+
+@pytest.mark.parametrize("shapes", [((4, 64, 64), (96, 64)), ((2, 8, 17, 64), (96, 64))], ids=["3-D", "4-D"])
+def test_a_product_over_batch_and_sequence_is_2d_and_packs_its_strided_column_operand(shapes: Any) -> None:
+    """``dY @ W.T`` over batch and sequence (or more leading axes): its kernel merges the leading loops
+    into one row loop (``kernel.merge_loops``), so it is the 2-D product whose strided column operand the
+    tile packs per panel (``render_tile._packable``), and no copy of ``W`` is stored first."""
+    fn = lambda dy, w: fnp.matmul(dy, fnp.swapaxes(w, 0, 1))
+    kernels = _kernels(fn, *_args(*shapes))
+    (product,) = _products(kernels)
+    assert _copies(kernels) == []
+    rows = int(np.prod(shapes[0][:-1]))
+    assert product.shape == (rows, shapes[1][0])
+    assert render_tile._packable(product) and render_tile.tile_opts(product) is not None
+    _check(fn, lambda dy, w: dy @ w.T, _args(*shapes))
+
+
+@pytest.mark.parametrize("per_batch", [True, False], ids=["epilogue per batch", "epilogue per row"])
+def test_an_epilogue_that_keeps_the_loops_apart_stores_the_column_operand(per_batch: bool) -> None:
+    """``dY @ W.T + c[:, None, :]``: the epilogue reads per batch, not per row, so the kernel keeps three
+    loops; then ``W`` is stored transposed first and the 3-D kernel takes the tile. Read per row
+    (``+ c`` of the output's shape) the loops merge and nothing is copied."""
+    shapes = ((4, 64, 64), (96, 64), (4, 96) if per_batch else (4, 64, 96))
+    fn = (lambda dy, w, c: fnp.matmul(dy, fnp.swapaxes(w, 0, 1)) + c[:, None, :]) if per_batch else \
+        (lambda dy, w, c: fnp.matmul(dy, fnp.swapaxes(w, 0, 1)) + c)
+    kernels = _kernels(fn, *_args(*shapes))
+    (product,) = _products(kernels)
+    assert len(_copies(kernels)) == (1 if per_batch else 0)
+    assert len(product.shape) == (3 if per_batch else 2) and render_tile.tile_opts(product) is not None
+    numpy_fn = (lambda dy, w, c: dy @ w.T + c[:, None, :]) if per_batch else (lambda dy, w, c: dy @ w.T + c)
+    _check(fn, numpy_fn, _args(*shapes))
 
 
 @pytest.mark.parametrize("name, fn, numpy_fn, shapes", CASES, ids=[c[0] for c in CASES])
