@@ -29,7 +29,6 @@ from funcgrad.jit_runtime import jit
 from funcgrad import lax
 from funcgrad import nn
 from funcgrad import datasets
-from funcgrad import distributed
 from funcgrad.parallel import pmap, shard_map
 from funcgrad.util import config  # fg.config.update("debug_nans", True), as jax.config
 from funcgrad.nan_check import debug_infs, debug_nans
@@ -38,6 +37,13 @@ from funcgrad.placement import block_until_ready, device_put
 remat = checkpoint
 
 from funcgrad.util.version import __version__
+
+
+def __getattr__(name: str) -> object:  # fg.distributed is imported on first use (a training step never needs it)
+    if name == "distributed":
+        import importlib
+        return importlib.import_module("funcgrad.distributed")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Array", "ConcretizationError", "Device", "block_until_ready", "config", "debug_infs", "debug_nans",

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import pooch
 
 from funcgrad import random as fr
 from funcgrad.core.tensor import Tensor
@@ -203,6 +202,7 @@ def _fetch_into_cache(dataset: _Dataset, file: _File) -> tuple[Path | None, list
         try:
             # pooch downloads into a temporary file, checks the published SHA-256 and moves the file into
             # place only when it matches; the transfer itself is ours (urllib: https and file URLs alike)
+            import pooch  # (~11 MB resident with its requests/tqdm imports): only where a download happens
             fetched = pooch.retrieve(url, known_hash=f"sha256:{file.gz_sha256}", fname=f"{file.name}.gz",
                                      path=folder, downloader=lambda url, output, _: _download(url, Path(output)))
             return Path(fetched), failures

@@ -1,7 +1,10 @@
 """Data types and JAX-style type promotion.
 
 funcgrad's dtypes are NumPy dtype objects (``np.dtype``), with bfloat16 from ml_dtypes, so every
-layer can hand them to NumPy unchanged. Promotion follows JAX's lattice: Python scalars are
+layer can hand them to NumPy unchanged. ml_dtypes (~8 MB resident, its extension registers a dozen
+types) is imported on the first use of bfloat16 (``dtypes.bfloat16``, ``canonicalize("bfloat16")``,
+an ml_dtypes array), not by ``import funcgrad``: until then no value can have that dtype, so the
+membership tests below answer without it. Promotion follows JAX's lattice: Python scalars are
 *weakly typed* (they adopt the other operand's dtype where the kinds agree), mixed signed and
 unsigned integers widen, integers meeting floats give the float, and nothing silently becomes
 float64: the default float is float32 and the default integer int32.
@@ -10,27 +13,121 @@ float64: the default float is float32 and the default integer int32.
 from __future__ import annotations
 
 import functools
-from typing import Any
+import importlib
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Any, overload
 
-import ml_dtypes
 import numpy as np
 
 bool_ = np.dtype(np.bool_)
 int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 uint8, uint16, uint32, uint64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
 float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
 complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
 
 default_float = float32
 default_int = int32
 
-ALL_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bfloat16, float16, float32,
-              float64, complex64, complex128)
+
+
+class LazyModule:
+    """A module imported on its first attribute access (``ml_dtypes.finfo`` where bfloat16 is used)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        module: ModuleType = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+
+ml_dtypes: Any = LazyModule("ml_dtypes")
+
+_BFLOAT16: np.dtype | None = None  # made by _bfloat16() on first need
+_BFLOAT16_LOCK = threading.Lock()
+
+
+def _bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16, importing ml_dtypes the first time (and adding it to the promotion lattice)."""
+    global _BFLOAT16
+    if _BFLOAT16 is None:
+        with _BFLOAT16_LOCK:
+            if _BFLOAT16 is None:
+                bf16 = np.dtype(importlib.import_module("ml_dtypes").bfloat16)
+                _EDGES[_WEAK_FLOAT] = (bf16, *_EDGES[_WEAK_FLOAT])
+                _EDGES[bf16] = (float32,)
+                _upper_set.cache_clear()  # f*'s upper sets gain bfloat16; joins not involving it are unchanged
+                _join.cache_clear()
+                _NAMES[bf16.name] = bf16
+                _BFLOAT16 = bf16
+    return _BFLOAT16
+
+
+def _is_bfloat16(value: Any) -> bool:
+    """``value == bfloat16`` without importing ml_dtypes where no value can be bfloat16 yet (only the
+    name "bfloat16" or an object of ml_dtypes, which is then imported, can equal it)."""
+    if _BFLOAT16 is None and "ml_dtypes" not in sys.modules and not (isinstance(value, str) and value == "bfloat16"):
+        return False
+    return bool(_bfloat16() == value)
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: dtypes.bfloat16 imports ml_dtypes on first access
+    if name == "bfloat16":
+        return _bfloat16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class DtypeTuple(Sequence[np.dtype]):
+    """A tuple of dtypes that may hold bfloat16 (written as the string "bfloat16"): ``in`` answers as a
+    tuple's would, importing ml_dtypes only when the value could be bfloat16; iterating or indexing
+    makes the bfloat16 dtype."""
+
+    def __init__(self, *items: np.dtype | str) -> None:
+        self._items = items
+        self._eager = tuple(d for d in items if not isinstance(d, str))
+        self._lazy = len(self._eager) != len(items)
+
+    def _all(self) -> tuple[np.dtype, ...]:
+        return tuple(_bfloat16() if isinstance(d, str) else d for d in self._items)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._eager or (self._lazy and _is_bfloat16(value))
+
+    def __iter__(self) -> Iterator[np.dtype]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> np.dtype: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[np.dtype, ...]: ...
+    def __getitem__(self, index: int | slice) -> np.dtype | tuple[np.dtype, ...]:
+        return self._all()[index]
+
+    def __eq__(self, other: object) -> bool:
+        return self._all() == (other._all() if isinstance(other, DtypeTuple) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
+ALL_DTYPES = DtypeTuple(bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, "bfloat16", float16, float32,
+                        float64, complex64, complex128)
 # the dtypes kernels compute in: complex equations run as host steps (lower/schedule.py: kind_of), so no
 # renderer sees them
-KERNEL_DTYPES = tuple(dt for dt in ALL_DTYPES if dt.kind != "c")
-_NAMES = {dt.name: dt for dt in ALL_DTYPES}
+KERNEL_DTYPES = DtypeTuple(*(dt for dt in ALL_DTYPES._items if isinstance(dt, str) or dt.kind != "c"))
+LOW_PRECISION = DtypeTuple(float16, "bfloat16")  # 16-bit floats, computed in float32
+_FLOATS = (float16, float32, float64)
+_SUPPORTED_NAMES = ", ".join(dt if isinstance(dt, str) else dt.name for dt in ALL_DTYPES._items)
+_NAMES = {dt.name: dt for dt in ALL_DTYPES._eager}
 _NAMES.update({"bool": bool_, "float": float32, "int": int32, "complex": complex64})
 
 
@@ -43,6 +140,8 @@ def canonicalize(dtype: Any) -> np.dtype:
     """
     if isinstance(dtype, str) and dtype in _NAMES:
         return _NAMES[dtype]
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return _bfloat16()
     if dtype is float:
         return default_float
     if dtype is int:
@@ -54,16 +153,14 @@ def canonicalize(dtype: Any) -> np.dtype:
     try:
         result = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"{dtype!r} is not a dtype funcgrad understands; use one of "
-                        f"{', '.join(dt.name for dt in ALL_DTYPES)}") from None
+        raise TypeError(f"{dtype!r} is not a dtype funcgrad understands; use one of {_SUPPORTED_NAMES}") from None
     if result not in ALL_DTYPES:
-        raise TypeError(f"dtype {result.name} is not supported by funcgrad; supported: "
-                        f"{', '.join(dt.name for dt in ALL_DTYPES)}")
+        raise TypeError(f"dtype {result.name} is not supported by funcgrad; supported: {_SUPPORTED_NAMES}")
     return result
 
 
 def is_float(dtype: np.dtype) -> bool:
-    return dtype in (bfloat16, float16, float32, float64)
+    return dtype in _FLOATS or _is_bfloat16(dtype)
 
 
 def is_complex(dtype: np.dtype) -> bool:
@@ -112,7 +209,7 @@ def finfo(dtype: Any) -> Any:
     65504.0
     """
     dtype = canonicalize(dtype)  # complex: NumPy's finfo describes the parts (float32 for complex64)
-    return ml_dtypes.finfo(dtype) if dtype == bfloat16 else np.finfo(dtype)
+    return ml_dtypes.finfo(dtype) if _is_bfloat16(dtype) else np.finfo(dtype)
 
 
 def iinfo(dtype: Any) -> np.iinfo:
@@ -133,8 +230,8 @@ _EDGES: dict[Any, tuple[Any, ...]] = {
     _WEAK_INT: (uint8, int8),
     uint8: (int16, uint16), uint16: (int32, uint32), uint32: (int64, uint64), uint64: (_WEAK_FLOAT,),
     int8: (int16,), int16: (int32,), int32: (int64,), int64: (_WEAK_FLOAT,),
-    _WEAK_FLOAT: (bfloat16, float16, _WEAK_COMPLEX),
-    bfloat16: (float32,), float16: (float32,), float32: (float64, complex64), float64: (complex128,),
+    _WEAK_FLOAT: (float16, _WEAK_COMPLEX),  # and bfloat16 (-> float32), added when it is first made
+    float16: (float32,), float32: (float64, complex64), float64: (complex128,),
     _WEAK_COMPLEX: (complex64,), complex64: (complex128,), complex128: (),
 }
 

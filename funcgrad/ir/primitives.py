@@ -107,7 +107,7 @@ def lookup(name: str) -> Primitive:
 
 # --- helpers for the rules ---------------------------------------------------------------------
 
-_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+_LOW_PRECISION = dtypes.LOW_PRECISION
 
 
 def _compute_in_f32(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:

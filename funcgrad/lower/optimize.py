@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import ml_dtypes
 import numpy as np
 
+from funcgrad.ir.dtypes import ml_dtypes  # imported on first use
 from funcgrad.lower.device import optimizer_target
 from funcgrad.lower.kernel import OPT_ACTIONS, Kernel, Opt, dtype_class
 from funcgrad.lower.render_loops import (

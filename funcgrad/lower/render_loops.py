@@ -26,9 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-import ml_dtypes
 import numpy as np
 
+from funcgrad.ir.dtypes import ml_dtypes  # imported on first use
 from funcgrad.ir.primitives import with_cost
 from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, Opt, dtype_class, dtype_name, flat_index, var
 

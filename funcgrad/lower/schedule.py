@@ -54,7 +54,7 @@ BIJECTIVE = {"reshape", "transpose", "flip"}  # movements that renumber elements
 REDUCTIONS = {"reduce_sum": "sum", "reduce_prod": "prod", "reduce_max": "max", "reduce_min": "min",
               "dot_general": "sum"}
 CALLS = (jit_p, checkpoint_p, custom_jvp_call_p, custom_vjp_call_p)
-_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+_LOW_PRECISION = dtypes.LOW_PRECISION
 
 
 def _touches_complex(eqn: Eqn) -> bool:

@@ -9,8 +9,6 @@
 
 from funcgrad.nn import functional as functional
 from funcgrad.nn import init, optim
-from funcgrad.nn import state
-from funcgrad.nn import data_parallel
 from funcgrad.nn.module import Module
 from funcgrad.nn.layers import (
     AvgPool2d, BatchNorm, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, GELU, GroupNorm, Identity,
@@ -22,3 +20,12 @@ __all__ = [
     "GroupNorm", "Identity", "LayerNorm", "Linear", "MaxPool2d", "Module", "ModuleList", "RMSNorm", "ReLU",
     "Sequential", "SiLU", "Sigmoid", "Tanh", "data_parallel", "functional", "init", "optim", "state",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``nn.state`` and ``nn.data_parallel`` are imported on first use: state imports the safetensors
+    package and bfloat16's ml_dtypes (~9 MB resident), which a training step does not need."""
+    if name in ("state", "data_parallel"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

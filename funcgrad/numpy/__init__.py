@@ -10,7 +10,7 @@ same eagerly (lazily evaluated) and inside traces, and is built on the primitive
 """
 
 from funcgrad.ir.dtypes import (
-    bfloat16, bool_, complex64, complex128, float16, float32, float64, int8, int16, int32, int64, uint8,
+    bool_, complex64, complex128, float16, float32, float64, int8, int16, int32, int64, uint8,
     uint16, uint32, uint64,
 )
 from funcgrad.ir.dtypes import bool_ as bool  # noqa: A001 - the Array API name
@@ -33,3 +33,10 @@ from funcgrad.numpy import linalg  # the standard's linalg extension: fnp.linalg
 array = asarray
 __array_api_version__ = "2024.12"  # the standard this namespace implements (as jax.numpy 0.10 declares)
 e, pi, inf, nan, newaxis = 2.718281828459045, 3.141592653589793, float("inf"), float("nan"), None
+
+
+def __getattr__(name: str) -> object:  # fnp.bfloat16: ml_dtypes is imported on first use (funcgrad/ir/dtypes.py)
+    if name == "bfloat16":
+        from funcgrad.ir import dtypes
+        return dtypes.bfloat16
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
