@@ -346,7 +346,7 @@ def _check_shape(value: ArrayLike | None, shape: tuple[int, ...], name: str, wha
 def _statistics_dtype(x: Tensor) -> Tensor:
     """float16/bfloat16 statistics in float32 (as PyTorch and Flax): squares of values above ~256
     overflow float16, and a low-precision mean loses most of its digits."""
-    return x.astype(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+    return x.astype(dtypes.float32) if x.dtype in dtypes.LOW_PRECISION else x
 
 
 def _shift(x: Tensor, axes: tuple[int, ...]) -> Tensor:

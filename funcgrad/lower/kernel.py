@@ -411,7 +411,7 @@ def evaluate_kernel(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.nda
             axes = tuple(range(n_global, n_global + n_reduce))
             reducers: dict[str, Any] = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
             reducer = reducers[kernel.reduce_op or ""]
-            work = values.astype(np.float32) if values.dtype in (np.float16, dtypes.bfloat16) else values
+            work = values.astype(np.float32) if values.dtype in dtypes.LOW_PRECISION else values
             if values.size == 0 or not axes:
                 identity = {"sum": 0, "prod": 1}.get(kernel.reduce_op or "")
                 if kernel.reduce_op in ("max", "min"):

@@ -50,6 +50,23 @@ print(loaded(), "llvmlite" in sys.modules)
     assert out[-1] == "[] False"
 
 
+def test_a_convolution_and_batchnorm_step_loads_no_heavy_module(tmp_path):
+    """The CNN path (BatchNorm's float32-statistics check, the interpreter's low-precision sums) tests dtypes
+    against ``dtypes.LOW_PRECISION``, which answers without creating bfloat16."""
+    out = run("""
+fg.Tensor.manual_seed(0)
+conv, norm = fg.nn.Conv2d(1, 4, 3), fg.nn.BatchNorm(4)
+x = fg.Tensor(np.random.default_rng(0).standard_normal((2, 1, 8, 8)).astype(np.float32))
+opt = fg.nn.optim.SGD([conv.weight, conv.bias, norm.weight, norm.bias], lr=0.1)
+with fg.Tensor.train():
+    loss = norm(conv(x)).relu().mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+assert np.isfinite(loss.numpy())
+print(loaded())
+""", tmp_path)
+    assert out[-1] == "[]"
+
+
 def test_bfloat16_loads_ml_dtypes_and_works(tmp_path):
     out = run("""
 print(loaded())
