@@ -33,16 +33,20 @@ def nchw_relu(x, b):  # noqa: ANN001, ANN201 - a channels-last (N, P, C) array r
     return fnp.maximum(fnp.transpose(x, (0, 2, 1)) + b[:, None], 0.0)
 
 
-def test_shuffle_rounds_transpose_sixteen_vectors() -> None:
-    """The four shuffle rounds, simulated on NumPy vectors, turn rows into columns."""
-    matrix = np.arange(256).reshape(16, 16)
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_shuffle_rounds_transpose_the_vectors(lanes: int) -> None:
+    """The shuffle rounds (three on 8 vectors: the 8 x 8 float64 block; four on 16), simulated on NumPy
+    vectors, turn rows into columns; a count of vectors that is not a power of two is refused."""
+    matrix = np.arange(lanes * lanes).reshape(lanes, lanes)
 
     def shuffle(x: np.ndarray, y: np.ndarray, mask: str) -> np.ndarray:
         lanes = [int(part.split()[1]) for part in mask.strip("<>").split(",")]
         return np.concatenate([x, y])[lanes]
 
-    rows = render_transpose.transpose_rows([matrix[j] for j in range(16)], shuffle)  # type: ignore[arg-type]
+    rows = render_transpose.transpose_rows([matrix[j] for j in range(lanes)], shuffle)  # type: ignore[arg-type]
     np.testing.assert_array_equal(np.stack(rows), matrix.T)
+    with pytest.raises(ValueError, match="power-of-two"):
+        render_transpose.transpose_rows(["a", "b", "c"], lambda x, y, mask: x)
 
 
 SHAPES = [(2, 64, 32), (3, 37, 50), (1, 16, 17), (2, 100, 16), (1, 15, 40)]  # whole blocks and remainders

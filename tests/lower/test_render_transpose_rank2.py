@@ -78,19 +78,6 @@ def test_heuristic_copies_equal_numpy(device: CPUDevice, shape: tuple[int, int],
     assert_same_bits(got, x.T.copy())
 
 
-def test_eight_lane_shuffle_rounds_transpose() -> None:
-    """Three rounds of shuffles on 8 vectors (the 8 x 8 float64 block), simulated on NumPy vectors."""
-    matrix = np.arange(64).reshape(8, 8)
-
-    def shuffle(x: np.ndarray, y: np.ndarray, mask: str) -> np.ndarray:
-        lanes = [int(part.split()[1]) for part in mask.strip("<>").split(",")]
-        return np.concatenate([x, y])[lanes]
-
-    rows = render_transpose.transpose_rows([matrix[j] for j in range(8)], shuffle)  # type: ignore[arg-type]
-    np.testing.assert_array_equal(np.stack(rows), matrix.T)
-    with pytest.raises(ValueError, match="power-of-two"):
-        render_transpose.transpose_rows(["a", "b", "c"], lambda x, y, mask: x)
-
 
 def transpose_of(kernel: Kernel) -> Opt | None:
     return next((opt for opt in heuristic_opts(kernel) if opt.action == "transpose"), None)
