@@ -815,14 +815,21 @@ def _column_operand_layouts(ir: IR, stored: set[int], products: set[int]) -> dic
     contiguous along the columns, and the copy (one pass over the operand) is paid back by the
     ``rows >= PRODUCT_MIN_ROWS`` multiply-adds each of its elements feeds."""
     producer = ir.producers()
+    readers: dict[int, list[Eqn]] = {}
+    for other in ir.eqns:
+        for atom in other.inputs:
+            if isinstance(atom, Var):
+                readers.setdefault(atom.id, []).append(other)
     chosen: dict[int, tuple[int, ...]] = {}
     for position, eqn in enumerate(ir.eqns):
         if id(eqn) not in products or eqn.outputs[0].aval.dtype != dtypes.float32:
             continue
         (lc, rc), (lb, rb) = eqn.param_dict["contracting"], eqn.param_dict["batch"]
         lhs, rhs = eqn.inputs[0].aval, eqn.inputs[1].aval
+        if eqn.outputs[0].aval.ndim == 2 and len(lc) == 1:
+            continue  # the tile packs it (render_tile._packable)
         if len(lc) == 1 and not lb and rhs.ndim == 2 and _consecutive_free(lhs.ndim, lc) \
-                and _kernels_merge_to_2d(ir, eqn, stored, producer):
+                and _kernels_merge_to_2d(eqn, stored, producer, readers):
             continue  # 2-D once its kernel merges the lhs's free loops (kernel.merge_loops): the tile packs it
         lhs_free = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
         rhs_free = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
@@ -844,15 +851,12 @@ def _column_operand_layouts(ir: IR, stored: set[int], products: set[int]) -> dic
     return chosen
 
 
-def _kernels_merge_to_2d(ir: IR, eqn: Eqn, stored: set[int], producer: dict[int, Eqn]) -> bool:
+def _kernels_merge_to_2d(eqn: Eqn, stored: set[int], producer: dict[int, Eqn],
+                         readers: dict[int, list[Eqn]]) -> bool:
     """Whether every kernel computing ``eqn``'s product (the stored values reached from its output through
-    inlined ones) has two loops once its loops merge: an epilogue that reads something per batch, not per
-    row (``+ c[:, None, :]``), keeps the loops apart, and then the column operand must be stored instead."""
-    readers: dict[int, list[Eqn]] = {}
-    for other in ir.eqns:
-        for atom in other.inputs:
-            if isinstance(atom, Var):
-                readers.setdefault(atom.id, []).append(other)
+    inlined ones; ``readers``: the equations reading each variable) has two loops once its loops merge: an
+    epilogue that reads something per batch, not per row (``+ c[:, None, :]``), keeps the loops apart, and
+    then the column operand must be stored instead."""
     roots: dict[int, Var] = {}
     todo, seen = [eqn.outputs[0]], set()
     while todo:
@@ -864,17 +868,8 @@ def _kernels_merge_to_2d(ir: IR, eqn: Eqn, stored: set[int], producer: dict[int,
             roots[var.id] = var
             continue
         todo += [out for reader in readers.get(var.id, []) for out in reader.outputs]
-    for root in roots.values():
-        builder = _KernelBuilder(producer, lambda v: v.id in stored)
-        value = builder.value(root, [K.var(f"g{i}") for i in range(root.aval.ndim)], root=True)
-        reduce_op, reduce_shape, reduce_expr = builder.reduce or (None, (), None)
-        kernel = K.simplify_kernel(K.Kernel(name="probe", shape=root.aval.shape,
-                                            in_avals=tuple(v.aval for v in builder.loads), out_avals=(root.aval,),
-                                            outputs=(value,), reduce_shape=reduce_shape, reduce_op=reduce_op,
-                                            reduce_expr=reduce_expr))
-        if len(kernel.shape) != 2:
-            return False
-    return bool(roots)
+    return bool(roots) and all(len(_kernel_step(eqn, root, producer, stored).kernel.shape) == 2
+                               for root in roots.values())
 
 
 def _consecutive_free(ndim: int, contracting: Sequence[int]) -> bool:
@@ -1041,20 +1036,25 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
         for out in eqn.outputs:
             if out.id not in stored:
                 continue
-            builder = _KernelBuilder(producer, lambda v: v.id in stored)
-            shape = out.aval.shape
-            idx = [K.var(f"g{i}") for i in range(len(shape))]
-            if out.aval.size == 0:  # nothing to compute (and nothing may be loaded)
-                value = K.const(0, out.aval.dtype)
-            else:
-                value = K.cast(builder.value(out, idx, root=True), out.aval.dtype)
-            reduce_op, reduce_shape, reduce_expr = builder.reduce or (None, (), None)
-            kernel = K.simplify_kernel(K.Kernel(name=_kernel_name(eqn, reduce_op), shape=shape,
-                              in_avals=tuple(v.aval for v in builder.loads), out_avals=(out.aval,),
-                              outputs=(value,), reduce_shape=reduce_shape, reduce_op=reduce_op,
-                              reduce_expr=reduce_expr))
-            steps.append(KernelStep(kernel, tuple(builder.loads), (out,)))
+            steps.append(_kernel_step(eqn, out, producer, stored))
     return steps
+
+
+def _kernel_step(eqn: Eqn, out: Var, producer: dict[int, Eqn], stored: set[int]) -> KernelStep:
+    """The kernel computing the stored value ``out`` (of ``eqn``), inlining every value not ``stored``."""
+    builder = _KernelBuilder(producer, lambda v: v.id in stored)
+    shape = out.aval.shape
+    idx = [K.var(f"g{i}") for i in range(len(shape))]
+    if out.aval.size == 0:  # nothing to compute (and nothing may be loaded)
+        value = K.const(0, out.aval.dtype)
+    else:
+        value = K.cast(builder.value(out, idx, root=True), out.aval.dtype)
+    reduce_op, reduce_shape, reduce_expr = builder.reduce or (None, (), None)
+    kernel = K.simplify_kernel(K.Kernel(name=_kernel_name(eqn, reduce_op), shape=shape,
+                      in_avals=tuple(v.aval for v in builder.loads), out_avals=(out.aval,),
+                      outputs=(value,), reduce_shape=reduce_shape, reduce_op=reduce_op,
+                      reduce_expr=reduce_expr))
+    return KernelStep(kernel, tuple(builder.loads), (out,))
 
 
 def _kernel_name(eqn: Eqn, reduce_op: str | None) -> str:
