@@ -21,6 +21,14 @@ kernel stops a thread that spins through its CPU for tens of milliseconds about 
 MLP steps in hundreds then take that long; with the Python pool none): medians are unaffected, means
 are not.
 
+Workers are not pinned, and the scheduler sometimes puts a worker on the CPU of the thread that
+launches (seen here: both on one CPU for whole steps of a training loop, the caller then waiting for a
+chunk that could only run after its own, 4-12 ms a step). A worker that claims a chunk on the CPU the
+caller published at its launch (``sched_getcpu``) sets its own affinity to the process's CPUs less that
+one (``sched_setaffinity``, counted in ``stats["moves"]``), which moves it at once; it may come back when
+the caller moves (the next clash moves it again). The caller's affinity is never changed (threads and
+processes it starts inherit it). ``FUNCGRAD_PIN_WORKERS=1`` pins workers instead and turns this off.
+
 The ticket packs (job number << 32 | chunks << 16 | next unclaimed chunk): the caller and the workers
 claim chunks by incrementing it, so whoever is free runs the next chunk (a late or asleep worker leaves
 its chunk to the caller: no hand-off can hang) and a worker never runs a chunk of a job that has
@@ -62,9 +70,12 @@ CALLER_SPIN_US = 100  # a launching thread waits this long for workers' chunks s
 # the state: 64-bit words, each group on its own cache line
 TICKET, FUNCTION, ARGUMENTS, ARITY, OUTER, DONE, CALLER_ASLEEP, SLEEPERS, BUSY, STOP, EPOCH = \
     0, 8, 9, 10, 11, 16, 17, 24, 32, 40, 48
-SPIN_NS, CALLER_SPIN_NS = 56, 57
-WORKER_CHUNKS, WAKES, SLEEPS, WAITED_NS, CALLER_SLEEPS = 64, 72, 73, 74, 75  # counts for tests and measurements
-STATE_WORDS = 80
+SPIN_NS, CALLER_SPIN_NS, CALLER_CPU, REPAIR = 56, 57, 58, 59
+WORKER_CHUNKS, WAKES, SLEEPS, WAITED_NS, CALLER_SLEEPS, MOVES = 64, 72, 73, 74, 75, 76  # counts for tests
+ALLOWED, ALLOWED_WORDS = 80, 16  # the CPUs the workers may use: a cpu_set_t of 1024 bits
+STATE_WORDS = 96
+
+_SCHED_SETAFFINITY = 203
 
 _FUTEX, _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE, _CLOCK_MONOTONIC = 202, 128, 129, 1
 
@@ -97,7 +108,7 @@ def _trampolines() -> list[str]:
 
 
 _WORKER = f"""
-define void @fg_pool_worker(ptr %state) {{
+define void @fg_pool_worker(ptr %state, ptr %mask) {{
 entry:
   %ticket = {_word(TICKET)}
   %fn.at = {_word(FUNCTION)}
@@ -111,6 +122,10 @@ entry:
   %epoch = {_word(EPOCH)}
   %spin.at = {_word(SPIN_NS)}
   %worker.chunks = {_word(WORKER_CHUNKS)}
+  %caller.cpu.at = {_word(CALLER_CPU)}
+  %repair.at = {_word(REPAIR)}
+  %moves = {_word(MOVES)}
+  %allowed = {_word(ALLOWED)}
   br label %idle
 
 idle:                                   ; (re)start the spin budget
@@ -130,7 +145,35 @@ claim:
   %w.next = add i64 %w, 1
   %swap = cmpxchg ptr %ticket, i64 %w, i64 %w.next seq_cst seq_cst
   %claimed = extractvalue {{ i64, i1 }} %swap, 1
-  br i1 %claimed, label %run, label %pause
+  br i1 %claimed, label %placed, label %pause
+
+placed:                                 ; on the caller's CPU? move off it (see NativePool)
+  %repair = load atomic i64, ptr %repair.at monotonic, align 8
+  %repairing = icmp ne i64 %repair, 0
+  br i1 %repairing, label %where, label %run
+
+where:
+  %own.cpu32 = call i32 @sched_getcpu()
+  %own.cpu = sext i32 %own.cpu32 to i64
+  %caller.cpu = load atomic i64, ptr %caller.cpu.at monotonic, align 8
+  %shared = icmp eq i64 %own.cpu, %caller.cpu
+  %known = icmp ult i64 %own.cpu, {ALLOWED_WORDS * 64}
+  %clash = and i1 %shared, %known
+  br i1 %clash, label %move, label %run
+
+move:                                   ; the allowed CPUs less the caller's: the kernel migrates us now
+  call void @llvm.memcpy.p0.p0.i64(ptr %mask, ptr %allowed, i64 {ALLOWED_WORDS * 8}, i1 false)
+  %bit.word = lshr i64 %own.cpu, 6
+  %bit.index = and i64 %own.cpu, 63
+  %bit = shl i64 1, %bit.index
+  %bit.off = xor i64 %bit, -1
+  %mask.word.at = getelementptr inbounds i64, ptr %mask, i64 %bit.word
+  %mask.word = load i64, ptr %mask.word.at
+  %mask.less = and i64 %mask.word, %bit.off
+  store i64 %mask.less, ptr %mask.word.at
+  %r7 = call i64 (i64, ...) @syscall(i64 {_SCHED_SETAFFINITY}, i64 0, i64 {ALLOWED_WORDS * 8}, ptr %mask)
+  %r8 = atomicrmw add ptr %moves, i64 1 monotonic
+  br label %run
 
 run:                                    ; the fields belong to the job whose chunk was claimed
   %fn = load ptr, ptr %fn.at
@@ -230,6 +273,10 @@ alone.exit:
   ret i64 %chunks
 
 publish:
+  %cpu32 = call i32 @sched_getcpu()
+  %cpu = sext i32 %cpu32 to i64
+  %cpu.at = {_word(CALLER_CPU)}
+  store atomic i64 %cpu, ptr %cpu.at monotonic, align 8
   %fn.at = {_word(FUNCTION)}
   %args.at = {_word(ARGUMENTS)}
   %arity.at = {_word(ARITY)}
@@ -342,6 +389,8 @@ entry:
 }}
 
 declare i32 @clock_gettime(i32, ptr)
+declare i32 @sched_getcpu()
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 declare i64 @syscall(i64, ...)
 declare void @llvm.x86.sse2.pause()
 """
@@ -399,20 +448,30 @@ class NativePool:
         self.words[CALLER_SPIN_NS] = int(caller_spin_us * 1000)
         self._launch = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(addresses[0])
-        self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addresses[1])
+        self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addresses[1])
         self.workers = workers
         pin = os.environ.get("FUNCGRAD_PIN_WORKERS") == "1" and hasattr(os, "sched_getaffinity")
         cpus = sorted(os.sched_getaffinity(0)) if pin else []
-        self.threads = [threading.Thread(target=self._work, args=(cpus[(number + 1) % len(cpus)] if cpus else None,),
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        for cpu in allowed:
+            if cpu < ALLOWED_WORDS * 64:
+                self.words[ALLOWED + cpu // 64] |= 1 << (cpu % 64) if cpu % 64 < 63 else -(1 << 63)
+        # a worker moves off the caller's CPU where the scheduler put both on one (module docstring);
+        # not where workers are pinned, nor where one CPU would be left to it
+        self.words[REPAIR] = int(not pin and len(allowed) > 1)
+        self._masks = [(ctypes.c_int64 * ALLOWED_WORDS)() for _ in range(workers)]
+        self.tids: list[int | None] = [None] * workers
+        self.threads = [threading.Thread(target=self._work, args=(number, cpus[(number + 1) % len(cpus)] if cpus else None),
                                          name=f"funcgrad-native-{number}", daemon=True) for number in range(workers)]
         for thread in self.threads:
             thread.start()
 
-    def _work(self, cpu: int | None) -> None:
+    def _work(self, number: int, cpu: int | None) -> None:
+        self.tids[number] = threading.get_native_id()
         if cpu is not None:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, {cpu})
-        self._worker(self.state)  # returns only after close()
+        self._worker(self.state, ctypes.addressof(self._masks[number]))  # returns only after close()
 
     def launch(self, function: int, pointers: Sequence[int], outer: int, chunks: int) -> int:
         """Run ``function(*pointers, start, end)`` on ``chunks`` chunks of ``[0, outer)``, this thread
@@ -427,7 +486,7 @@ class NativePool:
         time launching threads waited for workers' chunks after running their own, and how often they slept."""
         return {"worker_chunks": self.words[WORKER_CHUNKS], "wakes": self.words[WAKES], "sleeps": self.words[SLEEPS],
                 "sleepers": self.words[SLEEPERS], "waited_ns": self.words[WAITED_NS],
-                "caller_sleeps": self.words[CALLER_SLEEPS]}
+                "caller_sleeps": self.words[CALLER_SLEEPS], "moves": self.words[MOVES]}
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the workers (they return to Python and end); for tests: the process pool is never closed."""

@@ -5,6 +5,7 @@ class, workers that run chunks, sleep and wake, one CPU, forked children, thread
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -360,3 +361,45 @@ def test_a_jitted_step_is_the_same_with_either_pool(monkeypatch: pytest.MonkeyPa
     monkeypatch.undo()
     cpu_pool.reset_native_pool()
     assert results[0].tobytes() == results[1].tobytes()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs and sched_setaffinity")
+def test_a_worker_on_the_callers_cpu_moves_off_it(tmp_path: Path) -> None:
+    """Put the caller and the worker on one CPU (as the scheduler sometimes does: the two chunks then run
+    one after the other): the worker's next claim moves it to the other CPUs, and the results stay right."""
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    pool = cpu_pool.NativePool(1)
+    try:
+        compiled, x = probe_kernel(tmp_path)
+        deadline = time.monotonic() + 20
+        while pool.tids[0] is None:
+            assert time.monotonic() < deadline, "the worker thread never started"
+            time.sleep(0.001)
+        os.sched_setaffinity(0, {cpu})  # this thread (the caller) only
+        os.sched_setaffinity(pool.tids[0], {cpu})
+        while pool.stats["moves"] == 0:
+            assert time.monotonic() < deadline, "the worker never moved off the caller's CPU"
+            launch_probe(pool, compiled, x, 64)
+        assert os.sched_getaffinity(pool.tids[0]) == allowed - {cpu}
+        moves = pool.stats["moves"]
+        for _ in range(20):  # apart now: no more moves while the caller stays where it is
+            launch_probe(pool, compiled, x, 64)
+        assert pool.stats["moves"] == moves
+    finally:
+        os.sched_setaffinity(0, allowed)
+        pool.close()
+
+
+def test_pinned_workers_are_not_moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FUNCGRAD_PIN_WORKERS", "1")
+    pool = cpu_pool.NativePool(1)
+    try:
+        assert pool.words[cpu_pool.REPAIR] == 0
+        compiled, x = probe_kernel(tmp_path)
+        for _ in range(5):
+            launch_probe(pool, compiled, x, 64)
+        assert pool.stats["moves"] == 0
+    finally:
+        pool.close()
