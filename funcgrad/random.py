@@ -393,7 +393,7 @@ def erfinv(x: ArrayLike) -> Tensor:
     x = fnp.asarray(x)
     if not dtypes.is_float(x.dtype):
         x = fnp.astype(x, dtypes.default_float)
-    if x.dtype in (dtypes.float16, dtypes.bfloat16):
+    if x.dtype in dtypes.LOW_PRECISION:
         return fnp.astype(erfinv(fnp.astype(x, dtypes.float32)), x.dtype)
     w = fnp.negative(fnp.log(fnp.multiply(fnp.subtract(1.0, x), fnp.add(1.0, x))))
     central = _horner(_ERFINV_CENTRAL, fnp.subtract(fnp.minimum(w, 5.0), 2.5))

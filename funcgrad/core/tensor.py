@@ -143,8 +143,8 @@ def _canonical_numpy(data: Any, dtype: np.dtype | None) -> np.ndarray:
             dtype = dtypes.bool_
         elif kind == "c":  # complex128 -> complex64 unless asked for, as float64 -> float32
             dtype = dtypes.complex64
-        elif array.dtype == dtypes.bfloat16:
-            dtype = dtypes.bfloat16
+        elif dtypes.is_bfloat16(array.dtype):
+            dtype = array.dtype
         else:
             raise TypeError(f"arrays of dtype {array.dtype} are not supported by funcgrad")
     from_python = not isinstance(data, np.ndarray | np.generic)

@@ -74,6 +74,9 @@ def _is_bfloat16(value: Any) -> bool:
     return bool(_bfloat16() == value)
 
 
+is_bfloat16 = _is_bfloat16
+
+
 def __getattr__(name: str) -> Any:  # PEP 562: dtypes.bfloat16 imports ml_dtypes on first access
     if name == "bfloat16":
         return _bfloat16()

@@ -361,7 +361,7 @@ def _masked_product(b: _Builder, lhs: tuple[Var, list[str]], rhs: tuple[Var, lis
                       broadcast_dimensions=tuple(full.index(label) for label in present))
 
     dtype = lhs[0].aval.dtype
-    compute = dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype  # as dot_general's
+    compute = dtypes.float32 if dtype in dtypes.LOW_PRECISION else dtype  # as dot_general's
     x, y = (spread(value, labels) for value, labels in (lhs, rhs))
     if compute != dtype:
         x, y = (b.bind(P.convert_element_type_p, v, new_dtype=compute) for v in (x, y))

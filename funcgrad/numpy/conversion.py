@@ -149,7 +149,7 @@ def issubdtype(arg1: Any, arg2: Any) -> bool:
     (True, True)
     """
     first = dtypes.canonicalize(arg1)
-    if first == dtypes.bfloat16:  # ml_dtypes' bfloat16 is not under np.floating in NumPy's own tree
+    if dtypes.is_bfloat16(first):  # ml_dtypes' bfloat16 is not under np.floating in NumPy's own tree
         first = dtypes.float16  # the nearest NumPy type in the hierarchy
         if not (isinstance(arg2, type) and issubclass(arg2, np.generic)) and np.dtype(arg2) == dtypes.bfloat16:
             return True

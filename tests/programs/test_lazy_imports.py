@@ -67,6 +67,23 @@ print(loaded())
     assert out[-1] == "[]"
 
 
+def test_strided_convolution_gradients_and_random_normal_load_no_heavy_module(tmp_path):
+    """A strided convolution's gradient lowers through the masked product (its compute-dtype check), and
+    ``random.normal`` through erfinv's low-precision check: both ask ``dtypes.LOW_PRECISION``, not
+    ``dtypes.bfloat16`` (whose import of ml_dtypes took 1.2-1.4 s of a CNN's first step on one machine)."""
+    out = run("""
+rng = np.random.default_rng(0)
+x = fnp.asarray(rng.standard_normal((2, 3, 9, 9)).astype(np.float32))
+w = fnp.asarray(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+loss = lambda x, w: (fg.nn.functional.conv2d(x, w, stride=2) ** 2).sum()
+gx, gw = fg.jit(fg.grad(loss, argnums=(0, 1)))(x, w)
+z = fg.jit(lambda k: fg.random.normal(k, (1000,)))(fg.random.key(0))
+assert np.isfinite(gx.numpy()).all() and np.isfinite(gw.numpy()).all() and abs(float(z.numpy().mean())) < 0.2
+print(fg.Tensor(np.ones(2, np.float16)).dtype, fnp.issubdtype("float32", np.floating), loaded())
+""", tmp_path)
+    assert out[-1] == "float16 True []"
+
+
 def test_bfloat16_loads_ml_dtypes_and_works(tmp_path):
     out = run("""
 print(loaded())
