@@ -461,7 +461,8 @@ class NativePool:
         self.words[REPAIR] = int(not pin and len(allowed) > 1)
         self._masks = [(ctypes.c_int64 * ALLOWED_WORDS)() for _ in range(workers)]
         self.tids: list[int | None] = [None] * workers
-        self.threads = [threading.Thread(target=self._work, args=(number, cpus[(number + 1) % len(cpus)] if cpus else None),
+        homes = [cpus[(number + 1) % len(cpus)] if cpus else None for number in range(workers)]
+        self.threads = [threading.Thread(target=self._work, args=(number, homes[number]),
                                          name=f"funcgrad-native-{number}", daemon=True) for number in range(workers)]
         for thread in self.threads:
             thread.start()
