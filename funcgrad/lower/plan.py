@@ -281,15 +281,17 @@ class Plan:
             # the whole plan is one kernel with one output (a tiny jitted call): one closure, no slots
             function, tail = _launcher(self.compiled[id(only)])
             shape, dtype = only.outputs[0].aval.shape, only.outputs[0].aval.dtype
-            input_slots, address, empty = [slot_of[v.id] for v in only.inputs], data_address, np.empty
+            # a large output reuses pooled memory (np.empty's fresh mmap faulted a 64 MB GELU output in per call)
+            input_slots, address = [slot_of[v.id] for v in only.inputs], data_address
+            make = pool.allocator(shape, dtype)
 
             def replay_one_kernel(arrays: list[np.ndarray]) -> list[np.ndarray]:
-                output = empty(shape, dtype)
+                output = make()
                 function(address(output), *map(address, map(arrays.__getitem__, input_slots)), *tail)
                 return [output]
 
             def replay_one_kernel_in_order(arrays: list[np.ndarray]) -> list[np.ndarray]:
-                output = empty(shape, dtype)
+                output = make()
                 function(address(output), *map(address, arrays), *tail)
                 return [output]
             return replay_one_kernel_in_order if input_slots == list(range(inputs)) else replay_one_kernel

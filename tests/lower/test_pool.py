@@ -102,6 +102,18 @@ def test_jit_outputs_held_by_the_caller_are_never_reused() -> None:
     assert pool.stats()["hits"] >= 1
 
 
+def test_a_one_kernel_plan_takes_its_dropped_output_back_on_every_call() -> None:
+    # the one-kernel replay (one closure, no slots) allocated with np.empty: a fresh mmap per call
+    f = fg.jit(lambda x: x * 2.0 + 1.0)
+    x = fnp.asarray(np.full(BIG, 1.0, np.float32))
+    f(x).numpy()
+    f(x).numpy()
+    before = pool.stats()["hits"]
+    for _ in range(5):
+        assert (f(x).numpy() == 3.0).all()
+    assert pool.stats()["hits"] - before == 5
+
+
 def test_threads_allocate_and_free_at_once() -> None:
     errors = []
 
