@@ -11,7 +11,7 @@ from funcgrad.lower.kernel import Kernel
 SMALL_KERNEL_WORK = 1 << 12  # loop iterations below which a kernel is compiled without optimisation
 SHORT_REDUCTION = 6  # a register tile with a reduction loop shorter than this keeps LLVM's unroller
 SHORT_REORDER = 32  # an i-k-j (reorder) kernel summing at most this many terms gets O2 (pipeline 2)
-SMALL_ELEMENTWISE_WORK = 1 << 16  # elementwise kernels below this many elements get pipeline 4
+SMALL_ELEMENTWISE_WORK = 1 << 16  # kernels below this many loop iterations (elements x terms) get pipeline 4
 
 
 def optimization_level(kernel: Kernel) -> int:
@@ -27,9 +27,11 @@ def optimization_level(kernel: Kernel) -> int:
       unrolled and vectorised itself: less LLVM time, the same speed and bits. Unless a
       reduction loop is shorter than SHORT_REDUCTION (a convolution's 3x3 or 5x5 window): at O3,
       whose unroller flattens those, they run faster.
-    - 4 also for elementwise kernels under SMALL_ELEMENTWISE_WORK elements (the CNN's weight
-      updates and layout copies, 5-40 K elements): less LLVM time, about as fast a call, the same
-      bits (no reduction to reassociate).
+    - 4 also for kernels of under SMALL_ELEMENTWISE_WORK loop iterations, elementwise (the CNN's
+      weight updates and layout copies, 5-40 K elements: less LLVM time, about as fast a call, the
+      same bits) or reducing (a cross-entropy's sums over 10 classes, a small weight's gradient:
+      O3 unrolled and vectorised their short loops in 60-130 ms of LLVM each, 20-30 ms at 4, for
+      calls of a few microseconds; O1 sums each output in term order).
     - 2 (O2) for plain loops in i-k-j order (a ``reorder`` opt) summing at most SHORT_REORDER
       terms: O3 fully unrolls the few passes over their stack rows into a lot of code (the CNN's
       10-term linear input gradient: several times O2's LLVM time, no faster). Each output
@@ -50,7 +52,7 @@ def optimization_level(kernel: Kernel) -> int:
     if tiled and not any(1 < length < SHORT_REDUCTION for length in kernel.reduce_shape):
         from funcgrad.lower.render_tile import explicitly_vectorised
         return 5 if explicitly_vectorised(kernel) else 4
-    if kernel.reduce_expr is None and work < SMALL_ELEMENTWISE_WORK:
+    if work < SMALL_ELEMENTWISE_WORK:
         return 4
     if any(opt.action == "reorder" for opt in kernel.opts or ()) and int(np.prod(kernel.reduce_shape)) <= SHORT_REORDER:
         return 2
