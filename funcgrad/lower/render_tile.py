@@ -68,6 +68,9 @@ MIN_PACKED_TERMS = 8  # ... except against a transposed operand's strided scalar
 SMALL_TILE_WORK = 1 << 22  # multiply-adds below which a tile runs on one thread (too short to hand off)
 LARGE_ROWS, LARGE_BYTES = 1024, 1 << 22  # products whose contiguous column operand is packed too (_large)
 LARGE_CHUNK_ROWS = 512  # their rows per chunk
+PACK_ROWS = 256  # a contiguous column operand read by this many rows is packed (_packs_contiguous)
+PACK_MIN_BYTES = 1 << 16  # ... when it is larger than L1 (a smaller one stays there unpacked)
+CONFLICT_STRIDE = 1024  # bytes: rows a multiple of this apart put a 64-column panel on <= 16 of L1's 64 sets
 PACKED_BLOCK_TERMS = 128  # a packed panel's block: 128 terms x 64 columns (32 KB) stays in L1
 ROW_PACK_BYTES = 1 << 18  # a chunk's computed row factor (all its terms) packed on the stack at most
 PACKED_CHUNK_ROWS = 384  # a packed panel is built once per chunk of rows: longer chunks pay for it less often
@@ -180,8 +183,8 @@ def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
     if len(kernel.shape) == 2 and _packable(kernel):
         if _large(kernel):  # long chunks amortise the packing
             opts = (*opts, Opt("tile", 0, height * -(-LARGE_CHUNK_ROWS // height)))
-        elif -(-columns // width) >= 4:  # threads take column panels: each packs only its own strided panels
-            opts = (*opts, Opt("swap", 0, 1))
+        elif -(-columns // width) >= 4 and not _packs_contiguous(kernel):
+            opts = (*opts, Opt("swap", 0, 1))  # threads take column panels: each packs only its own strided panels
     return opts
 
 
@@ -359,7 +362,7 @@ def _packable(kernel: Kernel) -> bool:
         return False
     assert kernel.reduce_expr is not None
     column, row = _axes(kernel)
-    if _vectorisable(kernel.reduce_expr, column, {}) and (_swapped(kernel) or not _large(kernel)):
+    if _vectorisable(kernel.reduce_expr, column, {}) and (_swapped(kernel) or not _packs_contiguous(kernel)):
         return False
     return _split_product(kernel.reduce_expr, column, row) is not None
 
@@ -432,9 +435,40 @@ def _computed_rows(kernel: Kernel) -> bool:
 
 def _large(kernel: Kernel) -> bool:
     """A 2-D product whose column operand (terms x columns) is far beyond L2 and whose rows are many:
-    its column panels are packed even when contiguous (rows 8 KB apart map a panel's block onto a few
-    cache sets; packed, a 2048 product runs faster: docs/performance.md)."""
+    its column panels are packed even when contiguous, in long chunks of rows (``LARGE_CHUNK_ROWS``;
+    a 2048 product runs faster: docs/performance.md)."""
     return kernel.shape[0] >= LARGE_ROWS and kernel.shape[1] * kernel.reduce_shape[0] * FLOAT32.itemsize >= LARGE_BYTES
+
+
+def _packs_contiguous(kernel: Kernel) -> bool:
+    """A 2-D product whose contiguous column operand is packed anyway, per panel and block: a large one
+    (``_large``), one read by enough rows to pay for the copy (``PACK_ROWS``), or one whose rows lie a
+    multiple of ``CONFLICT_STRIDE`` bytes apart, so that a panel's block falls on a quarter of L1's
+    sets or fewer and misses L1 at every step, however few the rows (a 512-wide weight: 1.3-1.7x
+    faster packed, docs/performance.md). Not one that fits in L1, or of fewer rows than a vector."""
+    if len(kernel.shape) != 2 or len(kernel.reduce_shape) != 1 or kernel.reduce_expr is None \
+            or not _vectorisable(kernel.reduce_expr, f"g{len(kernel.shape) - 1}", {}):
+        return False  # not a product of one loop, or a strided operand (packed anyway)
+    if _large(kernel):
+        return True
+    operand = kernel.shape[1] * kernel.reduce_shape[0] * FLOAT32.itemsize
+    if operand < PACK_MIN_BYTES or kernel.shape[0] < LANES:
+        return False
+    if kernel.shape[0] >= PACK_ROWS:
+        return True
+    stride = _column_stride(kernel)
+    return stride is not None and stride * FLOAT32.itemsize % CONFLICT_STRIDE == 0
+
+
+def _column_stride(kernel: Kernel) -> int | None:
+    """Elements between consecutive reduction terms of the column factor's one load, when it has one."""
+    assert kernel.reduce_expr is not None
+    column, row = f"g{len(kernel.shape) - 1}", f"g{len(kernel.shape) - 2}"
+    split = _split_product(kernel.reduce_expr, column, row)
+    load = _one_load(split[1], column) if split is not None else None
+    terms = _affine(load.args[0]) if load is not None else None
+    stride = terms.get(var("r0")) if terms is not None else None
+    return stride if isinstance(stride, int) and stride > 0 else None
 
 
 def _replace(e: KExpr, table: dict[str, KExpr], memo: dict[KExpr, KExpr]) -> KExpr:

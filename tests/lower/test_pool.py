@@ -117,6 +117,23 @@ def test_a_one_kernel_plan_takes_its_dropped_output_back_on_every_call() -> None
     assert pool.stats()["hits"] - before == 5
 
 
+def test_the_step_by_step_run_takes_kernel_outputs_from_the_pool(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # DEBUG=2 runs a plan step by step and times each kernel; its outputs come from the pool as the
+    # replay's do, so the times it prints do not count a fresh mapping's page faults
+    if os.environ.get("DEVICE", "CPU").upper() not in ("", "CPU"):
+        pytest.skip("the pool holds the CPU's host buffers; other devices allocate their own")
+    monkeypatch.setenv("DEBUG", "2")
+    f = fg.jit(lambda x: fnp.exp(x) * 2.0 + fnp.sum(x))  # a reduction and an elementwise kernel
+    x = fnp.asarray(np.full(BIG, 0.0, np.float32))
+    f(x).numpy()
+    before = pool.stats()["hits"]
+    for _ in range(3):
+        assert np.allclose(f(x).numpy(), 2.0)
+    assert pool.stats()["hits"] - before >= 3
+    assert " us" in capsys.readouterr().err  # the per-kernel times were printed
+
+
 def test_threads_allocate_and_free_at_once() -> None:
     errors = []
 

@@ -162,7 +162,7 @@ def test_long_sums_keep_two_level_precision(device: CPUDevice) -> None:
 
 
 def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
-    big = product_kernel(256, 256, 256)
+    big = product_kernel(128, 256, 300)  # rows 1200 bytes apart, 128 of them: read in place
     assert render_tile.tile_opts(big) == (Opt("tile", 1, 64), Opt("upcast", 0, 6))
     assert render_tile.tile_opts(product_kernel(4, 4, 4)) is None  # too small to gain
     # 10 columns: tiled transposed, one vector along axis 0 by 10 register rows; small (1.3M
@@ -189,6 +189,28 @@ def test_tile_opts_choose_only_product_shaped_float_sums() -> None:
         render_tile.check_tile_opts(both, (Opt("tile", 0, 16), Opt("upcast", 1, 8)))
     assert render_tile.tile_candidates(big)
     assert all(render_tile.check_tile_opts(big, opts) is None for opts in render_tile.tile_candidates(big))
+
+
+@pytest.mark.parametrize(("m", "k", "n", "packed"), [
+    (256, 256, 256, True),  # 256 rows: the copy is paid for
+    (64, 512, 512, True),  # rows 2 KB apart: a panel's block lands on 8 of L1's 64 sets
+    (32, 400, 768, True),  # 3 KB apart: 16 sets
+    (96, 200, 1000, False),  # 4000 bytes apart, 96 rows: read in place
+    (128, 700, 400, False),
+    (128, 64, 192, False),
+])
+def test_contiguous_column_operands_are_packed_when_rows_or_their_stride_call_for_it(
+        device: CPUDevice, m: int, k: int, n: int, packed: bool) -> None:
+    """``_packs_contiguous``: a contiguous column operand is packed per panel when enough rows share the copy or
+    when its rows' stride maps a panel's block onto a few L1 sets; packed or not, the values match."""
+    assert not render_tile._packs_contiguous(product_kernel(64, 16, 512))  # 32 KB: stays in L1 whatever its sets
+    kernel = product_kernel(m, k, n)
+    assert render_tile._packs_contiguous(kernel) is packed and render_tile._packable(kernel) is packed
+    opts = render_tile.tile_opts(kernel)
+    assert opts is not None and not any(opt.action == "swap" for opt in opts)  # threads take rows
+    chosen = attrs.evolve(kernel, opts=opts)
+    inputs = random_inputs(kernel, seed=21)
+    assert_matches_reference(chosen, run(device, chosen, inputs), inputs)
 
 
 def test_one_block_stores_its_sums(device: CPUDevice) -> None:
