@@ -417,10 +417,7 @@ def _transposable(kernel: Kernel) -> bool:
     assert kernel.reduce_expr is not None
     if _vectorisable(kernel.reduce_expr, "g0", {}):
         return True
-    split = _split_product(kernel.reduce_expr, "g0", "g1")
-    load = _one_load(split[1], "g0") if split is not None else None
-    terms = _affine(load.args[0]) if load is not None else None
-    return terms is not None and terms.get(var("r0")) == 1  # packed in transposed 16 x 16 blocks
+    return _column_stride(kernel, "g0", "g1") == 1  # packed in transposed 16 x 16 blocks
 
 
 def _computed_rows(kernel: Kernel) -> bool:
@@ -456,14 +453,14 @@ def _packs_contiguous(kernel: Kernel) -> bool:
         return False
     if kernel.shape[0] >= PACK_ROWS:
         return True
-    stride = _column_stride(kernel)
+    stride = _column_stride(kernel, f"g{len(kernel.shape) - 1}", f"g{len(kernel.shape) - 2}")
     return stride is not None and stride * FLOAT32.itemsize % CONFLICT_STRIDE == 0
 
 
-def _column_stride(kernel: Kernel) -> int | None:
-    """Elements between consecutive reduction terms of the column factor's one load, when it has one."""
+def _column_stride(kernel: Kernel, column: str, row: str) -> int | None:
+    """Elements between consecutive reduction terms of the column factor's one load (the factor moving
+    with ``column``, not ``row``), when it has one."""
     assert kernel.reduce_expr is not None
-    column, row = f"g{len(kernel.shape) - 1}", f"g{len(kernel.shape) - 2}"
     split = _split_product(kernel.reduce_expr, column, row)
     load = _one_load(split[1], column) if split is not None else None
     terms = _affine(load.args[0]) if load is not None else None
