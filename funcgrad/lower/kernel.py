@@ -727,20 +727,27 @@ def _uses(e: KExpr, name: str) -> bool:
     return (e.op == "var" and e.arg == name) or any(_uses(a, name) for a in e.args)
 
 
+PARTIAL_SUM_MIN = 4096  # float sums at least this long add up partial sums (render_loops.partial_sum_split)
+
+
 def merge_loops(kernel: Kernel) -> Kernel:
     """Merge adjacent loops ``x_d, x_(d+1)`` (extent E) that every index uses only as
     ``E * c * x_d + c * x_(d+1)``: one loop of the product's length, so the inner loop is long
     enough to vectorise (a sum over the 24 x 24 pixels of an NCHW image is one 576-long loop, an
     elementwise kernel over contiguous arrays one flat loop). Reduction loops after the first (which
-    stays apart for partial sums); output loops only in kernels without a reduction (a longer last
-    output axis would change a reduction's loop order). Repeats until nothing merges."""
+    stays apart for partial sums), and the first too in a sum shorter than ``PARTIAL_SUM_MIN``;
+    output loops only in kernels without a reduction (a longer last output axis would change a
+    reduction's loop order). Repeats until nothing merges."""
     while True:
         roots: dict[KExpr, None] = {}
         seen: set[tuple[KExpr, bool]] = set()
         for e in (*kernel.outputs, *(() if kernel.reduce_expr is None else (kernel.reduce_expr,))):
             _index_roots(e, roots, seen)
-        # the outermost reduction loop stays apart, so a long float sum keeps two levels (partial sums)
-        candidates = [("r", d) for d in range(1, len(kernel.reduce_shape) - 1)]
+        # the outermost reduction loop stays apart, so a long float sum keeps two levels (partial sums);
+        # a shorter sum has no partial sums (one accumulator in loop order), so all of its loops merge (a
+        # weight gradient's sum over batch and sequence is then a one-loop product: render_tile packs it)
+        short = int(np.prod(kernel.reduce_shape)) < PARTIAL_SUM_MIN
+        candidates = [("r", d) for d in range(0 if short else 1, len(kernel.reduce_shape) - 1)]
         # output loops: all of them without a reduction; with a one-loop reduction (a product over one
         # contraction), those before the last two: the batch-like loops merge into the rows (a 2-D product
         # reaches the tile's packing, ``render_tile._packable``), the columns stay

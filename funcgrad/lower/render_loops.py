@@ -30,7 +30,18 @@ import numpy as np
 
 from funcgrad.ir.dtypes import ml_dtypes  # imported on first use
 from funcgrad.ir.primitives import with_cost
-from funcgrad.lower.kernel import BOOL, COMPARISONS, Kernel, KExpr, Opt, dtype_class, dtype_name, flat_index, var
+from funcgrad.lower.kernel import (
+    BOOL,
+    COMPARISONS,
+    PARTIAL_SUM_MIN,
+    Kernel,
+    KExpr,
+    Opt,
+    dtype_class,
+    dtype_name,
+    flat_index,
+    var,
+)
 
 __all__ = ["begin_kernel", "render_loops", "llvm_function_name", "LLVM_TYPES"]
 
@@ -808,7 +819,6 @@ def accumulator_dtype(acc_dtype: np.dtype) -> np.dtype:
     return FLOAT32 if op_class(acc_dtype) == "h" else np.dtype(acc_dtype)
 
 
-PARTIAL_SUM_MIN = 4096  # float sums at least this long add up partial sums (see partial_sum_split)
 
 
 def partial_sum_split(kernel: Kernel, acc_compute: np.dtype) -> int | None:

@@ -848,7 +848,10 @@ def _column_operand_layouts(ir: IR, stored: set[int], products: set[int]) -> dic
                    if _depends_on(load.args[0], f"g{column}")]
         if strides and all(stride != 1 for stride in strides):
             chosen[position] = (*rb, *rc, *rhs_free)
-    return chosen
+    # operands kept in their order are stored first, alone: a product sharing one (a gradient's dY read by
+    # dY @ W.T and X.T @ dY) may then merge to 2-D and pack its own operand (the caller looks again)
+    kept = {position: order for position, order in chosen.items() if order == tuple(range(len(order)))}
+    return kept or chosen
 
 
 def _kernels_merge_to_2d(eqn: Eqn, stored: set[int], producer: dict[int, Eqn],
@@ -883,7 +886,9 @@ def _depends_on(e: K.KExpr, name: str) -> bool:
 
 def _store_column_operands(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[IR, set[int]]:
     """``ir`` where each chosen product reads its rhs through ``transpose(stored, inverse)`` of a stored
-    ``transpose(rhs, order)`` (index arithmetic in the product's kernel); and the ids to store."""
+    ``transpose(rhs, order)`` (index arithmetic in the product's kernel); and the ids to store. An order
+    that keeps the axes (a computed operand, a gather through reshapes) stores the rhs itself: a copy of
+    it would be a second pass over a value stored anyway once a second reader needs it."""
     eqns: list[Eqn] = []
     keep: set[int] = set()
     for position, eqn in enumerate(ir.eqns):
@@ -892,6 +897,10 @@ def _store_column_operands(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[
             eqns.append(eqn)
             continue
         rhs = eqn.inputs[1]
+        if order == tuple(range(len(order))):
+            eqns.append(eqn)
+            keep.add(rhs.id)
+            continue
         copy = Var(ShapedArray(tuple(rhs.aval.shape[a] for a in order), rhs.aval.dtype))
         back = Var(rhs.aval)
         eqns.append(Eqn(P.transpose_p, [rhs], {"permutation": order}, [copy]))
@@ -1017,8 +1026,11 @@ def schedule(ir: IR, row_reductions: bool = False) -> list[Step]:
     keep = keep | wide
     producer = ir.producers()
     stored = _materialized(ir, keep, row_reductions)
-    operands = _column_operand_layouts(ir, stored, products)
-    if operands:  # store them (in the product's order), then decide again what the rest inline
+    for _ in range(3):  # a second look once computed operands are stored: a product reading one may merge to 2-D
+        operands = _column_operand_layouts(ir, stored, products)
+        if not operands:
+            break
+        # store them (in the product's order), then decide again what the rest inline
         ir, copies = _store_column_operands(ir, operands)
         keep = frozenset(keep | copies)
         producer = ir.producers()

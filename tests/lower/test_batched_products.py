@@ -205,8 +205,9 @@ def test_batched_array_times_matrix_is_one_product_without_broadcast() -> None:
     grads = fg.grad(lambda x, w: (linear3d(x, w) * fnp.asarray(cotangent)).sum(), argnums=(0, 1))
     kernels = _kernels(grads, x, w)
     weight = [k for k in _products(kernels) if k.shape == (40, 32)]
-    # the weight gradient: one product summing over batch and sequence, not per-batch products then a sum
-    assert len(weight) == 1 and weight[0].reduce_shape == (2, 24) and render_tile._tileable(weight[0])
+    # the weight gradient: one product summing over batch and sequence, not per-batch products then a sum;
+    # a sum this short has no partial sums, so its two loops are one (kernel.merge_loops) and the tile packs it
+    assert len(weight) == 1 and weight[0].reduce_shape == (48,) and render_tile._tileable(weight[0])
     broadcast_copies = [k for k in kernels if k.reduce_op is None and int(np.prod(k.shape)) >= 2 * 40 * 32]
     assert not broadcast_copies  # no copy of w per batch
 
@@ -224,3 +225,53 @@ def test_product_is_stored_before_a_reshape_that_merges_into_its_columns() -> No
 ], ids=["linear3d", "heads_merged"])
 def test_products_through_movements_match_the_reference(fn: Any, numpy_fn: Any, shapes: Any) -> None:
     _check(fn, numpy_fn, _args(*shapes))
+
+
+@pytest.mark.parametrize("batch, seq, merged", [(4, 64, True), (8, 512, False)])
+def test_a_weight_gradient_sums_over_one_loop_unless_it_is_long_enough_for_partial_sums(
+        batch: int, seq: int, merged: bool) -> None:
+    """X.T @ dY over batch and sequence: under ``PARTIAL_SUM_MIN`` terms its two reduction loops merge into
+    one, so the tile's 2-D rules (packing the column operand) apply; a longer sum keeps two levels."""
+    x, w = _args((batch, seq, 24), (24, 16))
+    cotangent = _args((batch, seq, 16), seed=3)[0]
+    loss = lambda x, w: (linear3d(x, w) * fnp.asarray(cotangent)).sum()
+    (weight,) = [k for k in _products(_kernels(fg.grad(loss, argnums=1), x, w)) if k.shape == (24, 16)]
+    assert (batch * seq < K.PARTIAL_SUM_MIN) == merged
+    assert weight.reduce_shape == ((batch * seq,) if merged else (batch, seq))
+    got = fg.jit(fg.grad(loss, argnums=1))(fnp.asarray(x), fnp.asarray(w)).numpy()
+    expected = np.einsum("bsi,bsj->ij", x.astype(np.float64), cotangent.astype(np.float64))
+    np.testing.assert_allclose(got, expected, atol=2e-5 * np.abs(expected).max(), rtol=0)
+
+
+def split_heads(x: Any, w: Any) -> Any:  # a fused projection split three ways into heads, as attention does
+    b, t, width = x.shape
+    qkv = x @ w
+    q, k, v = (fnp.swapaxes(qkv[..., i * width:(i + 1) * width].reshape((b, t, 2, width // 2)), 1, 2)
+               for i in range(3))
+    return fnp.tanh(q @ fnp.swapaxes(k, -1, -2)) @ v
+
+
+def split_heads_numpy(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    b, t, width = x.shape
+    qkv = x @ w
+    q, k, v = (np.swapaxes(qkv[..., i * width:(i + 1) * width].reshape((b, t, 2, width // 2)), 1, 2)
+               for i in range(3))
+    return np.tanh(q @ np.swapaxes(k, -1, -2)) @ v
+
+
+def test_a_computed_operand_read_by_two_products_is_stored_once_not_copied() -> None:
+    """The projection's gradient dY (a concatenation of the three heads' gradients, computed through
+    reshapes) is read by X.T @ dY and dY @ W.T. It is stored once: no kernel copies it, and W is not
+    stored transposed (dY @ W.T merges to 2-D and the tile packs W itself). Values against the
+    interpreter and NumPy float64, forward and gradients."""
+    x, w = _args((2, 16, 32), (32, 96))
+    cotangent = _args((2, 2, 16, 16), seed=4)[0]
+    loss = lambda x, w: (split_heads(x, w) * fnp.asarray(cotangent)).sum()
+    kernels = _kernels(fg.grad(loss, argnums=(0, 1)), x, w)
+    identity = [k for k in _copies(kernels) if K._affine(k.outputs[0].args[0]) == K._affine(
+        K.flat_index([K.var(f"g{d}") for d in range(len(k.shape))], k.shape))]
+    assert _copies(kernels) and not identity  # (attention's k.T is a copy in another order; dY is not copied)
+    transposes = [k for k in kernels if k.reduce_op is None and k.in_avals and k.in_avals[0].shape == (32, 96)
+                  and k.shape == (96, 32)]
+    assert not transposes
+    _check(split_heads, split_heads_numpy, [x, w])
