@@ -897,7 +897,7 @@ def _store_column_operands(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[
             eqns.append(eqn)
             continue
         rhs = eqn.inputs[1]
-        if order == tuple(range(len(order))):
+        if order == tuple(range(len(order))) and isinstance(rhs, Var):  # (chosen only for a Var rhs)
             eqns.append(eqn)
             keep.add(rhs.id)
             continue
