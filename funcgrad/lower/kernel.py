@@ -695,6 +695,70 @@ def _common_factor(terms: dict[KExpr | None, int], n: int,
     return None
 
 
+def fold_comparisons(e: KExpr, bounds: dict[str, int], memo: dict[KExpr, KExpr] | None = None) -> KExpr:
+    """``e`` with every comparison of index values that holds, or fails, for all loop values within
+    ``bounds`` replaced by that constant, and the ``and``/``or``/``not``/``where`` nodes it decides
+    folded (a padded or concatenated view's tests in a loop range that lies on one side of them)."""
+    memo = {} if memo is None else memo
+    node = memo.get(e)
+    if node is not None:
+        return node
+    args = tuple([fold_comparisons(a, bounds, memo) for a in e.args])
+    node = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+    if node.op in COMPARISONS and node.args[0].dtype == INDEX:
+        r = _range(alu("sub", *node.args), bounds)
+        decided: bool | None = None
+        if r is not None and node.op in ("eq", "ne"):
+            if r[0] == r[1] == 0 or not r[0] <= 0 <= r[1]:
+                decided = (r[0] == 0) == (node.op == "eq")
+        elif r is not None:  # a monotone test: the same at both ends, the same between them
+            low, high = (bool(_FOLD[node.op](value, 0)) for value in r)
+            decided = low if low == high else None
+        if decided is not None:
+            node = const(decided, BOOL)
+    elif node.op in ("and", "or") and node.dtype == BOOL:
+        absorbing = node.op == "or"  # or(True, x) == True, and(False, x) == False
+        if any(is_const(a, absorbing) for a in node.args):
+            node = const(absorbing, BOOL)
+        else:
+            kept = [a for a in node.args if not is_const(a)]
+            if len(kept) < len(node.args):
+                node = kept[0] if kept else const(not absorbing, BOOL)
+    elif node.op == "not" and node.dtype == BOOL and is_const(node.args[0]):
+        node = const(not node.args[0].arg, BOOL)
+    elif node.op == "where" and is_const(node.args[0]):
+        node = node.args[1] if node.args[0].arg else node.args[2]
+    memo[e] = node
+    return node
+
+
+def comparison_breaks(roots: Sequence[KExpr], name: str, extent: int) -> list[int]:
+    """The positions in (0, extent) of loop ``name`` where a comparison of index values that moves with
+    ``name`` alone (``k * name + m`` against 0) changes its truth, in order: between two of them every
+    such comparison is decided (``fold_comparisons``)."""
+    x = var(name)
+    found: set[int] = set()
+    seen: set[KExpr] = set()
+    stack = list(roots)
+    while stack:
+        e = stack.pop()
+        if e in seen:
+            continue
+        seen.add(e)
+        stack.extend(e.args)
+        if e.op not in COMPARISONS or e.args[0].dtype != INDEX:
+            continue
+        terms = _affine(alu("sub", *e.args))
+        if terms is None or set(terms) - {x, None} or not terms.get(x):
+            continue
+        k, m = terms[x], terms.get(None, 0)
+        test = _FOLD[e.op]
+        for point in range(-m // k - 1, -m // k + 3):  # a monotone (or eq/ne: a one-point) test turns here
+            if 0 < point < extent and test(k * point + m, 0) != test(k * (point - 1) + m, 0):
+                found.add(point)
+    return sorted(found)
+
+
 def _nonnegative(e: KExpr, bounds: dict[str, int]) -> bool:
     r = _range(e, bounds)
     return r is not None and r[0] >= 0

@@ -37,9 +37,12 @@ from funcgrad.lower.kernel import (
     Kernel,
     KExpr,
     Opt,
+    comparison_breaks,
     dtype_class,
     dtype_name,
     flat_index,
+    fold_comparisons,
+    simplify_index,
     var,
 )
 
@@ -668,6 +671,16 @@ def render_loops(kernel: Kernel) -> str:
         builder.open_loop(global_vars[depth], "%start" if depth == 0 else "0",
                           "%end" if depth == 0 else str(kernel.shape[depth]))
 
+    inner_hints = (*choices.inner_hints(), *_interleave_hints(kernel, choices))
+    pieces = _pieces(kernel, order[-1]) if kernel.reduce_expr is None and order else None
+    if pieces is not None:  # the innermost loop in ranges, each with its own (decided) outputs
+        for depth in order[:-1]:
+            open_global(depth)
+        _render_pieces(builder, kernel, global_vars, order[-1], pieces, inner_hints)
+        for depth in reversed(order[:-1]):
+            builder.close_loop(global_vars[depth])
+        return _module(kernel, builder)
+
     for depth in order[:outer]:
         open_global(depth)
 
@@ -715,9 +728,58 @@ def render_loops(kernel: Kernel) -> str:
     _store_outputs(builder, kernel, global_vars)
     for position in reversed(range(len(order))):
         innermost = position == len(order) - 1 and (not reduce_vars or outer < len(order))
-        hints = (*choices.inner_hints(), *_interleave_hints(kernel, choices)) if innermost else ()
-        builder.close_loop(global_vars[order[position]], hints=hints)
+        builder.close_loop(global_vars[order[position]], hints=inner_hints if innermost else ())
     return _module(kernel, builder)
+
+
+MAX_PIECES = 16  # an elementwise loop is split into at most this many ranges (see _pieces)
+
+
+def _pieces(kernel: Kernel, depth: int) -> list[tuple[int, int, Kernel]] | None:
+    """An elementwise kernel's loop ``depth`` split where its comparisons of index values that move with
+    that loop alone change (a concatenation's or a pad's ranges): [(start, end, the kernel with that
+    loop shifted by ``start`` and run over ``end - start``, every comparison decided and the index
+    arithmetic simplified)], or None when nothing splits. A concatenation of three arrays along the
+    last axis then reads each as a plain contiguous copy, not three guarded gathers per element."""
+    name, extent = f"g{depth}", kernel.shape[depth]
+    breaks = comparison_breaks(kernel.outputs, name, extent)
+    if not breaks or len(breaks) >= MAX_PIECES:
+        return None
+    points = [0, *breaks, extent]
+    pieces = []
+    for start, end in zip(points, points[1:]):
+        bounds = {f"g{i}": d for i, d in enumerate(kernel.shape)}
+        bounds[name] = end - start
+        folded: dict[KExpr, KExpr] = {}
+        simplified: dict[KExpr, KExpr] = {}
+        outputs = tuple(simplify_index(fold_comparisons(substitute(e, name, start, {}), bounds, folded), bounds,
+                                       simplified) for e in kernel.outputs)
+        pieces.append((start, end, attrs.evolve(kernel, outputs=outputs)))
+    return pieces
+
+
+def _render_pieces(builder: _FunctionBuilder, kernel: Kernel, global_vars: list[str], depth: int,
+                   pieces: list[tuple[int, int, Kernel]], hints: tuple[str, ...]) -> None:
+    """One loop per piece of ``_pieces``, under its own name (its counter runs from 0; outputs are stored
+    at the shifted position). Loop 0's range is the thread's chunk ``[%start, %end)``, clipped to each piece."""
+    name = global_vars[depth]
+    for number, (start, end, piece) in enumerate(pieces):
+        loop = f"{name}.p{number}"
+        builder.lines.insert(0, f"  %{loop}.addr = alloca i64")
+        builder.cache = {}  # values computed in an earlier piece's loop do not dominate this one
+        builder.var_names[name] = loop
+        if depth == 0:  # the chunk of axis 0 this call runs, within the piece, counted from its start
+            low = builder.instantiate("{out} = call i64 @llvm.smax.i64(i64 %start, i64 {x})", x=start)
+            high = builder.instantiate("{out} = call i64 @llvm.smin.i64(i64 %end, i64 {x})", x=end)
+            first = builder.instantiate("{out} = sub i64 {x}, {y}", x=low, y=start)
+            last = builder.instantiate("{out} = sub i64 {x}, {y}", x=high, y=start)
+        else:
+            first, last = "0", str(end - start)
+        builder.open_loop(loop, first, last)
+        _store_outputs(builder, piece, global_vars, mid=name, row=start)
+        builder.close_loop(loop, hints=hints)
+    del builder.var_names[name]
+    builder.cache = {}
 
 
 def _row_reuse(kernel: Kernel, after: list[str]) -> KExpr | None:
