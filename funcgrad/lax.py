@@ -446,18 +446,40 @@ def rev(operand: Any, dimensions: Sequence[int]) -> Tensor:
 
 
 def pad(operand: Any, padding_value: Any, padding_config: Sequence[tuple[int, int, int]]) -> Tensor:
-    """``lax.pad`` with ``(low, high, interior)`` per axis; interior padding must be 0 here."""
+    """``lax.pad`` with ``(low, high, interior)`` per axis, as JAX: ``interior`` values between
+    neighbours first, then ``low``/``high`` at the ends, where a negative amount removes elements."""
     x = as_tensor(operand)
     config = [tuple(int(v) for v in c) for c in padding_config]
     if len(config) != x.ndim:
         raise ValueError(f"lax.pad: padding_config has {len(config)} entries for an operand of rank {x.ndim}")
     if any(len(c) != 3 for c in config):
         raise ValueError(f"lax.pad: each padding_config entry is (low, high, interior), got {padding_config!r}")
-    if any(c[2] for c in config):
-        raise NotImplementedError("lax.pad: interior padding is not supported; "
-                                  "build it with funcgrad.numpy (reshape, concatenate)")
+    if any(c[2] < 0 for c in config):
+        raise ValueError(f"lax.pad: interior padding must be non-negative, got {padding_config!r}")
+    sizes = [lo + hi + d + builtins.max(d - 1, 0) * interior for d, (lo, hi, interior) in zip(x.shape, config)]
+    if any(size < 0 for size in sizes):
+        raise ValueError(f"lax.pad: padding_config {padding_config!r} gives the negative shape {tuple(sizes)} "
+                         f"for an operand of shape {x.shape}")
     value = np.asarray(padding_value, x.dtype)[()] if not isinstance(padding_value, Tensor) else padding_value
-    return bind(P.pad_p, x, value, low=tuple(c[0] for c in config), high=tuple(c[1] for c in config))
+    for axis, (_, _, interior) in enumerate(config):
+        n = x.shape[axis]
+        if interior and n > 1:  # each element followed by `interior` values: (n, 1) -> (n, 1 + interior), cut the last
+            spread = x.reshape((*x.shape[:axis + 1], 1, *x.shape[axis + 1:]))
+            spread = bind(P.pad_p, spread, value, low=(0,) * spread.ndim,
+                          high=tuple(interior if d == axis + 1 else 0 for d in range(spread.ndim)))
+            spread = spread.reshape((*x.shape[:axis], n * (1 + interior), *x.shape[axis + 1:]))
+            x = bind(P.slice_p, spread, start=(0,) * x.ndim,
+                     limit=tuple(n + (n - 1) * interior if d == axis else x.shape[d] for d in range(x.ndim)),
+                     strides=(1,) * x.ndim)
+    low = tuple(builtins.max(c[0], 0) for c in config)
+    high = tuple(builtins.max(c[1], 0) for c in config)
+    if any(low) or any(high):
+        x = bind(P.pad_p, x, value, low=low, high=high)
+    if any(c[0] < 0 or c[1] < 0 for c in config):  # negative amounts crop
+        start = tuple(builtins.max(-c[0], 0) for c in config)
+        limit = tuple(d - builtins.max(-c[1], 0) for d, c in zip(x.shape, config))
+        x = bind(P.slice_p, x, start=start, limit=limit, strides=(1,) * x.ndim)
+    return x if x is not operand else bind(P.pad_p, x, value, low=(0,) * x.ndim, high=(0,) * x.ndim)
 
 
 def slice(operand: Any, start_indices: Sequence[int], limit_indices: Sequence[int],  # noqa: A001
