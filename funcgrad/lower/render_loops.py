@@ -881,8 +881,6 @@ def accumulator_dtype(acc_dtype: np.dtype) -> np.dtype:
     return FLOAT32 if op_class(acc_dtype) == "h" else np.dtype(acc_dtype)
 
 
-
-
 def partial_sum_split(kernel: Kernel, acc_compute: np.dtype) -> int | None:
     """Where a long float sum splits its reduction loops into two levels, or None.
 

@@ -20,10 +20,12 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad.devices.cpu import CPUDevice
-from funcgrad.ir.core import ShapedArray
+from funcgrad.ir.core import IR, ShapedArray
 from funcgrad.ir.interpreter import eval_ir
 from funcgrad.lower import kernel as K
+from funcgrad.lower import schedule as S
 from funcgrad.lower.kernel import BOOL, INDEX, Kernel, Opt, alu, const, load, var, where
+from funcgrad.lower.optimize import optimize
 from funcgrad.lower.render_llvm import render_llvm
 
 FLOAT32 = np.dtype(np.float32)
@@ -92,7 +94,7 @@ def test_fold_decides_the_tests_a_range_lies_on_one_side_of() -> None:
 def test_a_concatenation_runs_in_pieces_and_matches_the_evaluator(device: CPUDevice, shape: Any, widths: Any,
                                                                    opts: Any) -> None:
     kernel = _concat_kernel(shape, widths, opts)
-    kernel = attrs_opts(kernel)
+    kernel = optimize(kernel) if kernel.opts is None else kernel  # the renderer takes checked opts
     source = render_llvm(kernel)
     assert all(f".p{n}.body" in source for n in range(len(widths))) and f".p{len(widths)}." not in source
     assert "select" not in source  # every test was decided: no guarded gather is left
@@ -105,18 +107,8 @@ def test_a_concatenation_runs_in_pieces_and_matches_the_evaluator(device: CPUDev
     np.testing.assert_array_equal(out, np.concatenate(inputs, axis=-1))
 
 
-def attrs_opts(kernel: Kernel) -> Kernel:
-    """The kernel with the optimiser's opts where it has none (the renderer needs checked opts)."""
-    from funcgrad.lower.optimize import optimize
-    return optimize(kernel) if kernel.opts is None else kernel
-
-
 def _jit_source(fn: Any, *args: np.ndarray) -> str:
     """The rendered LLVM source of every kernel of ``fn``'s jit plan."""
-    from funcgrad.ir.core import IR
-    from funcgrad.lower import schedule as S
-    from funcgrad.lower.optimize import optimize
-
     ir = fg.make_ir(fn)(*(fg.Tensor(a) for a in args))
     ir = IR(tuple(ir.const_vars) + tuple(ir.in_vars), ir.eqns, ir.outputs)
     return "\n".join(render_llvm(optimize(step.kernel)) for step in S.schedule(ir, row_reductions=True)
