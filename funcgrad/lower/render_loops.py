@@ -160,12 +160,19 @@ def _exp_core(out: str, x: str) -> list[str]:
     ]
 
 
+# exp(x) rounds to +0 below ln(2^-150) = -103.9720771 (EXP_ZERO_BELOW: the float32 just under it).
+# Those lanes compute exp(0) and select 0: scaling into the underflow range costs a microcode assist
+# per element on Intel (a causal mask's -1e9 scores made a softmax's exps 7x slower; docs/performance.md)
+EXP_ZERO_BELOW = -103.97208
 FLOAT32_EXP = "\n".join([
     "{out}.lo = call float @llvm.maxnum.f32(float {x}, float -104.0)",  # NaN becomes -104: selected back below
     "{out}.xc = call float @llvm.minnum.f32(float {out}.lo, float 88.75)",
-    *_exp_core("{out}.e", "{out}.xc"),
+    f"{{out}}.zero = fcmp olt float {{out}}.xc, {_f32(EXP_ZERO_BELOW)}",
+    "{out}.xs = select i1 {out}.zero, float 0.0, float {out}.xc",
+    *_exp_core("{out}.e", "{out}.xs"),
+    "{out}.ez = select i1 {out}.zero, float 0.0, float {out}.e",
     "{out}.nan = fcmp uno float {x}, 0.0",
-    "{out} = select i1 {out}.nan, float {x}, float {out}.e",
+    "{out} = select i1 {out}.nan, float {x}, float {out}.ez",
 ])
 
 # tanh(|x|) for |x| >= 0.625 is 1 - 2 / (exp(2|x|) + 1); |x| is clamped to 10 first (tanh rounds to 1

@@ -60,6 +60,27 @@ def test_exp_is_within_one_ulp_of_float64(sweep: tuple[np.ndarray, dict[str, np.
     assert np.isnan(outputs["exp"][np.isnan(x)]).all()
 
 
+def test_exp_below_ln_2_to_the_minus_150_is_zero_and_computed_on_a_safe_input(
+        sweep: tuple[np.ndarray, dict[str, np.ndarray]]) -> None:
+    """Below EXP_ZERO_BELOW float32 exp rounds to +0: those lanes run the polynomial on 0 and select +0,
+    so a masked score (-1e9, -inf) never scales into the underflow range (a microcode assist per element
+    on Intel); just above it the results are the denormals they round to."""
+    x, outputs = sweep
+    got = outputs["exp"]
+    below = x < render_llvm_module.EXP_ZERO_BELOW
+    assert below.sum() > 1000 and (got[below] == 0).all() and not np.signbit(got[below]).any()
+    assert (np.exp(x[below].astype(np.float64)) < 2.0 ** -150).all()  # what the float32 result rounds from
+    at = x == np.float32(-103.27893)
+    assert (got[at] > 0).all()
+    source = render_llvm(Kernel("exp_only", (64,), (ShapedArray((64,), F32),), (ShapedArray((64,), F32),),
+                                (alu("exp", load(0, var("g0"), F32)),)))
+    compare = next(line for line in source.splitlines() if "fcmp olt float" in line)
+    flag, clamped = compare.split(" = ")[0].strip(), compare.split("fcmp olt float ")[1].split(",")[0]
+    safe = next(line for line in source.splitlines() if f"select i1 {flag}, float 0.0, float {clamped}" in line)
+    scaled = next(line for line in source.splitlines() if "fmul float" in line and "0x3FF7154760000000" in line)
+    assert safe.split(" = ")[0].strip() in scaled  # the exponent comes from the safe input, not the clamped one
+
+
 def test_tanh_is_within_one_and_a_half_ulp_of_float64_and_keeps_signs(
         sweep: tuple[np.ndarray, dict[str, np.ndarray]]) -> None:
     x, outputs = sweep
