@@ -782,7 +782,7 @@ def _store_in_order(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[IR, set
             order = chosen.get(out.id)
             if order is None:
                 continue
-            if order == tuple(range(len(order))):
+            if _keeps_axes(order):
                 keep.add(out.id)
                 continue
             stored = Var(ShapedArray(tuple(out.aval.shape[a] for a in order), out.aval.dtype))
@@ -800,6 +800,11 @@ def _store_in_order(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[IR, set
 
 PRODUCT_MIN_ROWS = 16  # a copy of the column operand pays off once each of its elements feeds this many rows
 PRODUCT_MIN_COLUMNS = 8  # narrower column axes are not vectorised along anyway
+
+
+def _keeps_axes(order: tuple[int, ...]) -> bool:
+    """Whether a stored layout ``order`` (a permutation of the value's axes) is the value's own."""
+    return order == tuple(range(len(order)))
 
 
 def _column_operand_layouts(ir: IR, stored: set[int], products: set[int]) -> dict[int, tuple[int, ...]]:
@@ -850,7 +855,7 @@ def _column_operand_layouts(ir: IR, stored: set[int], products: set[int]) -> dic
             chosen[position] = (*rb, *rc, *rhs_free)
     # operands kept in their order are stored first, alone: a product sharing one (a gradient's dY read by
     # dY @ W.T and X.T @ dY) may then merge to 2-D and pack its own operand (the caller looks again)
-    kept = {position: order for position, order in chosen.items() if order == tuple(range(len(order)))}
+    kept = {position: order for position, order in chosen.items() if _keeps_axes(order)}
     return kept or chosen
 
 
@@ -897,7 +902,7 @@ def _store_column_operands(ir: IR, chosen: dict[int, tuple[int, ...]]) -> tuple[
             eqns.append(eqn)
             continue
         rhs = eqn.inputs[1]
-        if order == tuple(range(len(order))) and isinstance(rhs, Var):  # (chosen only for a Var rhs)
+        if _keeps_axes(order) and isinstance(rhs, Var):  # (chosen only for a Var rhs)
             eqns.append(eqn)
             keep.add(rhs.id)
             continue
