@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from funcgrad.lower import kernel as K
-from funcgrad.lower.kernel import KExpr
+from funcgrad.lower.kernel import KExpr, with_args
 from funcgrad.lower.schedule import KernelStep, Step
 
 __all__ = ["fuse_siblings", "MAX_BUFFERS", "LOOKBACK"]
@@ -68,7 +68,7 @@ def _substitute(e: KExpr, loads: dict[int, KExpr | int], shape: Sequence[int],
             if new is None:
                 return None
             args.append(new)
-        out = e if tuple(args) == e.args else KExpr(e.op, e.dtype, tuple(args), e.arg)
+        out = with_args(e, tuple(args))
     memo[e] = out  # type: ignore[assignment]
     return out
 

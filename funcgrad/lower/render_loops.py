@@ -44,6 +44,7 @@ from funcgrad.lower.kernel import (
     fold_comparisons,
     simplify_index,
     var,
+    with_args,
 )
 
 __all__ = ["begin_kernel", "render_loops", "llvm_function_name", "LLVM_TYPES"]
@@ -824,7 +825,7 @@ def _rename(e: KExpr, name: str, replacement: KExpr, memo: dict[KExpr, KExpr]) -
             memo[e] = replacement
         else:
             args = tuple(_rename(a, name, replacement, memo) for a in e.args)
-            memo[e] = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+            memo[e] = with_args(e, args)
     return memo[e]
 
 
@@ -1007,7 +1008,7 @@ def substitute(e: KExpr, name: str, offset: int, memo: dict[KExpr, KExpr] | None
             out = KExpr("add", e.dtype, (e, KExpr("const", e.dtype, (), offset)))
         else:
             args = tuple([substitute(a, name, offset, memo) for a in e.args])
-            out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+            out = with_args(e, args)
         memo[e] = out
     return out
 

@@ -49,7 +49,20 @@ import itertools
 import attrs
 import numpy as np
 
-from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr, Opt, _affine, alu, const, flat_index, var
+from funcgrad.lower.kernel import (
+    BOOL,
+    COMPARISONS,
+    INDEX,
+    Kernel,
+    KExpr,
+    Opt,
+    _affine,
+    alu,
+    const,
+    flat_index,
+    var,
+    with_args,
+)
 from funcgrad.lower.render_loops import FLOAT_OPS, _FunctionBuilder, _store_outputs, render_const, substitute
 
 __all__ = ["tile_opts", "tile_candidates", "check_tile_opts", "render_tile", "explicitly_vectorised", "LANES"]
@@ -338,7 +351,7 @@ def _strip(e: KExpr, known: set[KExpr], memo: dict[KExpr, KExpr]) -> KExpr:
         out = _strip(e.args[1], known, memo)
     elif e.args:
         args = tuple(_strip(a, known, memo) for a in e.args)
-        out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+        out = with_args(e, args)
     memo[e] = out
     return out
 
@@ -476,7 +489,7 @@ def _replace(e: KExpr, table: dict[str, KExpr], memo: dict[KExpr, KExpr]) -> KEx
         out = table[e.arg]
     else:
         args = tuple(_replace(a, table, memo) for a in e.args)
-        out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+        out = with_args(e, args)
     memo[e] = out
     return out
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import attrs
 import numpy as np
 
-from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, _affine, alu, const, var
+from funcgrad.lower.kernel import INDEX, Kernel, KExpr, Opt, _affine, alu, const, var, with_args
 from funcgrad.lower.render_loops import (
     _FunctionBuilder,
     _loads,
@@ -342,7 +342,7 @@ def _replace_loads(e: KExpr, table: dict[KExpr, KExpr], memo: dict[KExpr, KExpr]
     if e in memo:
         return memo[e]
     args = tuple(_replace_loads(a, table, memo) for a in e.args)
-    out = e if args == e.args else KExpr(e.op, e.dtype, args, e.arg)
+    out = with_args(e, args)
     memo[e] = out
     return out
 
