@@ -51,7 +51,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ("funcgrad", "numpy", "jax", "torch", "tinygrad")
 PEERS = FRAMEWORKS[1:]
 DEFAULT_JSON = REPO_ROOT / "benchmarks" / "latest.json"
-SETTLE_BELOW_S = 0.5  # repetitions cheaper than this are preceded by an untimed one (see Running.settles)
+SETTLE_BELOW_S = 0.5  # repetitions cheaper than this are preceded by untimed ones (see Running.settles)
+# ... for at least this long: PyTorch's OpenMP workers spin for about 8 ms after their last parallel
+# region (measured here with /proc's schedstat), and a matmul_1024 call is 4-5 ms, so one untimed call
+# left the timed one sharing a core with them (funcgrad right after PyTorch: 6-11 ms, against 4.7)
+SETTLE_FOR_S = 0.025
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1855,7 +1859,16 @@ class Running:
         return output
 
     def affords_repetition(self, budget_s: float) -> bool:
-        return self.result.spent_s + self.last_call_s * self.calls * (2 if self.settles() else 1) <= budget_s
+        repetition_s = self.last_call_s * self.calls
+        settling_s = max(repetition_s, SETTLE_FOR_S) if self.settles() else 0.0
+        return self.result.spent_s + settling_s + repetition_s <= budget_s
+
+    def settle(self) -> None:
+        """Untimed repetitions, at least one and for at least SETTLE_FOR_S."""
+        start = time.perf_counter()
+        self.run(self.calls)
+        while time.perf_counter() - start < SETTLE_FOR_S:
+            self.run(self.calls)
 
     def settles(self) -> bool:
         """Whether a turn starts with an untimed repetition: for cheap calls, the previous framework's
@@ -1906,8 +1919,8 @@ def time_round_robin(running: dict[str, Running], sizes: Sizes) -> None:
     """Time repetitions, each framework once per round, rotating who goes first, so that noise on
     the machine falls on all of them alike. A framework whose budget is spent drops out. In one
     process the frameworks' thread pools disturb each other; measured on matmul 1024, the settling
-    repetition (`Running.settles`) and OPENBLAS_THREAD_TIMEOUT bring NumPy, JAX and PyTorch to within
-    a few percent of their speed alone, from about half of it."""
+    repetitions (`Running.settles`, `SETTLE_FOR_S`) and OPENBLAS_THREAD_TIMEOUT bring NumPy, JAX,
+    PyTorch and funcgrad to within a few percent of their speed alone, from about half of it."""
     for repetition in range(sizes.repetitions):
         names = list(running)
         if not names:
@@ -1921,7 +1934,7 @@ def time_round_robin(running: dict[str, Running], sizes: Sizes) -> None:
                 continue
             try:
                 if run.settles():
-                    run.run(run.calls)
+                    run.settle()
                 run.run(run.calls)
             except Exception as error:  # noqa: BLE001
                 run.result.status, run.result.note = "error", f"{type(error).__name__}: {_one_line(error)}"

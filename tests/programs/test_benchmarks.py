@@ -244,3 +244,34 @@ def test_scaled_compare_measures_each_array_against_its_own_largest_value() -> N
     assert ok is False and error == pytest.approx(5e-3)
     assert compare([big], [big, small])[0] is False
     assert compare([big], None) == (None, None)
+
+
+def test_a_cheap_turn_settles_untimed_for_settle_for_s_before_its_timed_repetition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch's OpenMP workers spin for about 8 ms after their last parallel region; a turn whose
+    repetition is shorter than that settles for SETTLE_FOR_S (a fake clock here), and a long one
+    settles for one repetition; neither settling counts among the times."""
+    import types
+    run = load_run_module()
+    clock = [0.0]
+    monkeypatch.setattr(run, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    calls = {"short": 0, "long": 0}
+    cost = {"short": 0.004, "long": 0.1}
+
+    def step(name: str) -> None:
+        calls[name] += 1
+        clock[0] += cost[name]
+
+    sizes = run.Sizes(repetitions=3)
+    running = {}
+    for name in calls:
+        result = run.Result()
+        running[name] = run.Running(run.Prepared(lambda name=name: step(name)), result, 1)
+        running[name].run(1)  # the checked first call
+    run.time_round_robin(dict(running), sizes)
+    settle_calls = math.ceil(run.SETTLE_FOR_S / cost["short"])
+    assert settle_calls >= 2
+    assert calls["short"] == 1 + 3 * (settle_calls + 1)
+    assert calls["long"] == 1 + 3 * 2
+    for name in calls:
+        assert running[name].result.times_s == pytest.approx([cost[name]] * 3)
