@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from funcgrad.devices import cpu_disk_cache
 from funcgrad.devices.cpu_disk_cache import DiskCache, trim_folder
 
@@ -68,3 +70,50 @@ def test_trimming_keeps_lock_files(tmp_path: Path) -> None:
     (tmp_path / f"{cpu_disk_cache.LOCK_PREFIX}abc").write_bytes(b"")
     assert trim_folder(tmp_path, max_bytes=10) == 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{cpu_disk_cache.LOCK_PREFIX}abc"]
+
+
+def _stripe_mates(count: int) -> list[str]:
+    """Keys that share one lock file (the same first LOCK_STRIPE_DIGITS hex digits)."""
+    return [f"ab{number:062x}" for number in range(count)]
+
+
+def test_threads_of_one_process_share_a_lock_file_and_the_last_one_out_releases_it(tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """Two threads compiling different kernels whose keys share a stripe both go in at once (a thread
+    waiting on its own process's lock once cost a first MLP step 50 ms); while either is inside, another
+    process (here: a lock of its own on the same file) is kept out, also after the thread that took the
+    file has left, and once both are out it gets in."""
+    import threading
+
+    import filelock
+
+    monkeypatch.setattr(cpu_disk_cache, "COMPILE_LOCK_WAIT", 2.0)  # (a thread that waited for the other gives up)
+    cache = DiskCache(tmp_path)
+    first, second = _stripe_mates(2)
+    lock_file = cache.folder / f"{cpu_disk_cache.LOCK_PREFIX}{first[:cpu_disk_cache.LOCK_STRIPE_DIGITS]}"
+    other_process = filelock.FileLock(lock_file, thread_local=False)
+    first_inside, second_inside, first_may_leave = threading.Event(), threading.Event(), threading.Event()
+
+    def hold_first() -> None:
+        with cache.compiling(first):
+            first_inside.set()
+            first_may_leave.wait(60)
+
+    holder = threading.Thread(target=hold_first)
+    holder.start()
+    try:
+        assert first_inside.wait(60)
+        with cache.compiling(second):  # the first thread is still inside the same lock file
+            second_inside.set()
+            first_may_leave.set()
+            holder.join(60)
+            assert not holder.is_alive()
+            with pytest.raises(filelock.Timeout):  # the second thread holds it for the process now
+                other_process.acquire(timeout=0)
+        assert second_inside.is_set()
+        other_process.acquire(timeout=0)  # both out: the file is free
+        other_process.release()
+    finally:
+        first_may_leave.set()
+        holder.join(60)
+
