@@ -22,7 +22,9 @@ def optimization_level(kernel: Kernel) -> int:
       optimisation, which a kernel over a few thousand elements never earns back.
     - 5 (SROA, then code generation) for register tiles whose every loop the renderer wrote on
       vectors (``render_tile.explicitly_vectorised``: the MLP's products, their packing and
-      epilogues): half the LLVM time of 4, the same speed and bits.
+      epilogues): half the LLVM time of 4, the same speed and bits; and for elementwise float32
+      loops the renderer wrote on vectors (``render_vector.vector_elementwise``: an Adam update):
+      a quarter of the LLVM time of 3 or 4, the same bits.
     - 4 (O1 without LLVM's loop unroller) for other register tiles (a ``tile`` opt), which the renderer
       unrolled and vectorised itself: less LLVM time, the same speed and bits. Unless a
       reduction loop is shorter than SHORT_REDUCTION (a convolution's 3x3 or 5x5 window): at O3,
@@ -48,6 +50,9 @@ def optimization_level(kernel: Kernel) -> int:
     work = int(np.prod(kernel.shape, dtype=np.int64)) * max(1, int(np.prod(kernel.reduce_shape, dtype=np.int64)))
     if work < SMALL_KERNEL_WORK:
         return 0
+    from funcgrad.lower.render_vector import vector_elementwise
+    if vector_elementwise(kernel):
+        return 5
     tiled = any(opt.action == "tile" for opt in kernel.opts or ())
     if tiled and not any(1 < length < SHORT_REDUCTION for length in kernel.reduce_shape):
         from funcgrad.lower.render_tile import explicitly_vectorised

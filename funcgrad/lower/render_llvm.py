@@ -3,7 +3,8 @@
 ``render_llvm`` checks the kernel's opts (``funcgrad.lower.optimize.check_opts``; a kernel without
 opts gets ``heuristic_opts``) and renders it with what they choose: a register-tiled micro-kernel
 (``render_tile``, a ``tile`` opt), 16 x 16 transposed blocks (``render_transpose``, a ``transpose``
-opt), or plain loop nests (``render_loops``, which also holds the function builder all three use).
+opt), an elementwise float32 loop on explicit vectors (``render_vector``), or plain loop nests
+(``render_loops``, which also holds the function builder the others use).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from funcgrad.lower.optimize import check_opts, heuristic_opts
 from funcgrad.lower.render_loops import _FunctionBuilder, _module, begin_kernel, render_loops
 from funcgrad.lower.render_tile import render_tile
 from funcgrad.lower.render_transpose import render_transpose
+from funcgrad.lower.render_vector import render_vector, vector_elementwise
 
 __all__ = ["render_llvm"]
 
@@ -41,5 +43,9 @@ def render_llvm(kernel: Kernel) -> str:
     if any(opt.action == "transpose" for opt in kernel.opts):  # 16 x 16 blocks (render_transpose.py)
         builder = _FunctionBuilder()
         render_transpose(builder, kernel)
+        return _module(kernel, builder)
+    if vector_elementwise(kernel):  # an elementwise float32 loop on explicit vectors (render_vector.py)
+        builder = _FunctionBuilder()
+        render_vector(builder, kernel)
         return _module(kernel, builder)
     return render_loops(kernel)

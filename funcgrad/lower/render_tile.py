@@ -100,6 +100,15 @@ PANEL, BLOCK, CHUNK = "tpanel", "tblock", "tchunk0"
 # (columns, rows) of the register tile, widest first; each keeps 24-28 of the 32 vector registers as
 # accumulators (the wide ones first: they measured faster than 14 x 32, docs/performance.md)
 TILES = ((64, 6), (48, 8), (32, 14), (16, 16))  # the tile's loop variables: flattened row, column
+VECTOR = f"<{LANES} x float>"
+DECLARATIONS = {  # the vector intrinsics the tile uses, each added to the module when first used
+    "fmuladd": f"declare {VECTOR} @llvm.fmuladd.v{LANES}f32({VECTOR}, {VECTOR}, {VECTOR})",
+    "masked.load": f"declare {VECTOR} @llvm.masked.load.v{LANES}f32.p0(ptr, i32 immarg, <{LANES} x i1>, {VECTOR})",
+    "masked.store": f"declare void @llvm.masked.store.v{LANES}f32.p0({VECTOR}, ptr, i32 immarg, <{LANES} x i1>)",
+    "abs": f"declare {VECTOR} @llvm.fabs.v{LANES}f32({VECTOR})",
+    "sqrt": f"declare {VECTOR} @llvm.sqrt.v{LANES}f32({VECTOR})",
+    "max": f"declare {VECTOR} @llvm.maximum.v{LANES}f32({VECTOR}, {VECTOR})",
+    "min": f"declare {VECTOR} @llvm.minimum.v{LANES}f32({VECTOR}, {VECTOR})"}
 
 
 def _depends(e: KExpr, name: str, memo: dict[KExpr, bool]) -> bool:
@@ -160,6 +169,63 @@ def _vector_expression(e: KExpr, column: str, memo: dict[KExpr, bool]) -> bool:
     if e.op in VECTOR_OPS or e.op in EPILOGUE_OPS or e.op == "neg":
         return e.dtype == FLOAT32 and all(a.dtype == FLOAT32 and _vector_expression(a, column, memo) for a in e.args)
     return False
+
+
+def declare(b: _FunctionBuilder, name: str) -> None:
+    """Add the declaration of vector intrinsic ``name`` (a key of ``DECLARATIONS``) to ``b``'s module."""
+    if name in DECLARATIONS:
+        b.helpers.setdefault(f"declare.{name}", DECLARATIONS[name])
+
+
+def vector_operand(b: _FunctionBuilder, e: KExpr, column: str, mask: str | None,
+                   cache: dict[tuple[KExpr, bool], str], broadcasts: dict[str, str],
+                   acc_vector: str | None = None) -> str:
+    """``e`` (``_vector_expression(e, column, ...)``) at 16 consecutive values of loop variable
+    ``column``: a vector value; loads are ``mask``ed when it is given. A value that does not move with
+    ``column`` is computed as a scalar by ``b`` and broadcast once (``broadcasts``); ``cache`` holds
+    the vectors computed in the current block. ``acc_vector`` stands for ``acc``."""
+    def operand(a: KExpr) -> str:
+        return vector_operand(b, a, column, mask, cache, broadcasts, acc_vector)
+
+    if e.op == "acc":
+        assert acc_vector is not None
+        return acc_vector
+    if not _varies(e, column, {}):
+        scalar = b.value(e)
+        if scalar not in broadcasts:
+            kind = "float" if e.dtype == FLOAT32 else "i1"
+            one = b.instantiate(f"{{out}} = insertelement <{LANES} x {kind}> poison, {kind} {{x}}, i64 0", x=scalar)
+            broadcasts[scalar] = b.instantiate(f"{{out}} = shufflevector <{LANES} x {kind}> {{x}}, <{LANES} x "
+                                               f"{kind}> poison, <{LANES} x i32> zeroinitializer", x=one)
+        return broadcasts[scalar]
+    key = (e, mask is not None)
+    if key in cache:
+        return cache[key]
+    if e.op == "load":
+        pointer = b.instantiate("{out} = getelementptr inbounds float, ptr %in{n}, i64 {i}", n=e.arg,
+                                i=b.value(e.args[0]))
+        if mask is None:
+            out = b.instantiate("{out} = load " + VECTOR + ", ptr {p}, align 4", p=pointer)
+        else:
+            declare(b, "masked.load")
+            out = b.instantiate(f"{{out}} = call {VECTOR} @llvm.masked.load.v{LANES}f32.p0(ptr {pointer}, "
+                                f"i32 4, <{LANES} x i1> {mask}, {VECTOR} zeroinitializer)")
+    elif e.op == "neg":
+        out = b.instantiate("{out} = fneg " + VECTOR + " {x}", x=operand(e.args[0]))
+    elif e.op == "where":
+        c, x, y = (operand(a) for a in e.args)
+        out = b.instantiate(f"{{out}} = select <{LANES} x i1> {c}, {VECTOR} {x}, {VECTOR} {y}")
+    elif e.op in COMPARISONS or e.op in EPILOGUE_OPS:
+        operands = [operand(a) for a in e.args]
+        declare(b, e.op)
+        template = FLOAT_OPS[e.op] if e.op in COMPARISONS else "{out} = " + EPILOGUE_OPS[e.op]
+        out = b.instantiate(template, t=VECTOR, x=operands[0], y=operands[-1])
+    else:
+        x, y = (operand(a) for a in e.args)
+        declare(b, e.op)
+        out = b.instantiate("{out} = " + VECTOR_OPS[e.op].format(t=VECTOR, x=x, y=y))
+    cache[key] = out
+    return out
 
 
 def tile_opts(kernel: Kernel) -> tuple[Opt, ...] | None:
@@ -598,17 +664,7 @@ class _Tile:
         self.count = 0
         identity = render_const(-0.0, FLOAT32)  # a non-empty sum starts at -0.0, as render_llvm's
         self.zero = "<" + ", ".join([f"float {identity}"] * LANES) + ">"
-        self.vector = f"<{LANES} x float>"
-        self.declarations = {  # each added to the module when first used
-            "fmuladd": f"declare {self.vector} @llvm.fmuladd.v{LANES}f32({self.vector}, {self.vector}, {self.vector})",
-            "masked.load": f"declare {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr, i32 immarg, <{LANES} x i1>, "
-                           f"{self.vector})",
-            "masked.store": f"declare void @llvm.masked.store.v{LANES}f32.p0({self.vector}, ptr, i32 immarg, "
-                            f"<{LANES} x i1>)",
-            "abs": f"declare {self.vector} @llvm.fabs.v{LANES}f32({self.vector})",
-            "sqrt": f"declare {self.vector} @llvm.sqrt.v{LANES}f32({self.vector})",
-            "max": f"declare {self.vector} @llvm.maximum.v{LANES}f32({self.vector}, {self.vector})",
-            "min": f"declare {self.vector} @llvm.minimum.v{LANES}f32({self.vector}, {self.vector})"}
+        self.vector = VECTOR
 
     def guarded(self, conditions: list[KExpr], term: KExpr) -> KExpr:
         """Sort a guard's conditions into bounds on the reduction loops and a residual test; return the
@@ -827,8 +883,7 @@ class _Tile:
         return KExpr("load", FLOAT32, (index,), "rows")
 
     def declare(self, name: str) -> None:
-        if name in self.declarations:
-            self.b.helpers.setdefault(f"declare.{name}", self.declarations[name])
+        declare(self.b, name)
 
     def loop_name(self, kind: str) -> str:
         self.count += 1
@@ -1197,47 +1252,7 @@ class _Tile:
     def operand(self, e: KExpr, mask: str | None, cache: dict[tuple[KExpr, bool], str],
                 broadcasts: dict[str, str]) -> str:
         """``e`` at 16 consecutive columns: a vector value."""
-        b = self.b
-        if e.op == "acc":
-            assert self.acc_vector is not None
-            return self.acc_vector
-        if not _varies(e, COLUMN, {}):
-            scalar = b.value(e)
-            if scalar not in broadcasts:
-                kind = "float" if e.dtype == FLOAT32 else "i1"
-                one = b.instantiate(f"{{out}} = insertelement <{LANES} x {kind}> poison, {kind} {{x}}, i64 0", x=scalar)
-                broadcasts[scalar] = b.instantiate(f"{{out}} = shufflevector <{LANES} x {kind}> {{x}}, <{LANES} x "
-                                                   f"{kind}> poison, <{LANES} x i32> zeroinitializer", x=one)
-            return broadcasts[scalar]
-        key = (e, mask is not None)
-        if key in cache:
-            return cache[key]
-        if e.op == "load":
-            pointer = b.instantiate("{out} = getelementptr inbounds float, ptr %in{n}, i64 {i}", n=e.arg,
-                                    i=b.value(e.args[0]))
-            if mask is None:
-                out = b.instantiate("{out} = load " + self.vector + ", ptr {p}, align 4", p=pointer)
-            else:
-                self.declare("masked.load")
-                out = b.instantiate(f"{{out}} = call {self.vector} @llvm.masked.load.v{LANES}f32.p0(ptr {pointer}, "
-                                    f"i32 4, <{LANES} x i1> {mask}, {self.vector} zeroinitializer)")
-        elif e.op == "neg":
-            out = b.instantiate("{out} = fneg " + self.vector + " {x}",
-                                x=self.operand(e.args[0], mask, cache, broadcasts))
-        elif e.op == "where":
-            c, x, y = (self.operand(a, mask, cache, broadcasts) for a in e.args)
-            out = b.instantiate(f"{{out}} = select <{LANES} x i1> {c}, {self.vector} {x}, {self.vector} {y}")
-        elif e.op in COMPARISONS or e.op in EPILOGUE_OPS:
-            operands = [self.operand(a, mask, cache, broadcasts) for a in e.args]
-            self.declare(e.op)
-            template = FLOAT_OPS[e.op] if e.op in COMPARISONS else "{out} = " + EPILOGUE_OPS[e.op]
-            out = b.instantiate(template, t=self.vector, x=operands[0], y=operands[-1])
-        else:
-            x, y = (self.operand(a, mask, cache, broadcasts) for a in e.args)
-            self.declare(e.op)
-            out = b.instantiate("{out} = " + VECTOR_OPS[e.op].format(t=self.vector, x=x, y=y))
-        cache[key] = out
-        return out
+        return vector_operand(self.b, e, COLUMN, mask, cache, broadcasts, self.acc_vector)
 
     def epilogue_vectors(self, column: str, vectors: int, mask: str | None, buffer: str, stride: int) -> None:
         """``epilogue`` on vectors: per row of the chunk, each output at ``vectors`` vectors of 16
