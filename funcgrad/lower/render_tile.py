@@ -177,6 +177,27 @@ def declare(b: _FunctionBuilder, name: str) -> None:
         b.helpers.setdefault(f"declare.{name}", DECLARATIONS[name])
 
 
+def lane_mask(b: _FunctionBuilder, count: str) -> str:
+    """A ``<16 x i1>`` mask of the lanes below ``count`` (a constant or an i64 value)."""
+    lanes = ", ".join(f"i64 {lane}" for lane in range(LANES))
+    if count.lstrip("-").isdigit():
+        return b.instantiate(f"{{out}} = icmp slt <{LANES} x i64> <{lanes}>, splat (i64 {count})")
+    one = b.instantiate(f"{{out}} = insertelement <{LANES} x i64> poison, i64 {count}, i64 0")
+    splat = b.instantiate(f"{{out}} = shufflevector <{LANES} x i64> {one}, <{LANES} x i64> poison, "
+                          f"<{LANES} x i32> zeroinitializer")
+    return b.instantiate(f"{{out}} = icmp slt <{LANES} x i64> <{lanes}>, {splat}")
+
+
+def store_vector(b: _FunctionBuilder, value: str, pointer: str, mask: str | None) -> None:
+    """Store a float vector at ``pointer``, only its ``mask`` lanes when there is one."""
+    if mask is None:
+        b.emit(f"store {VECTOR} {value}, ptr {pointer}, align 4")
+    else:
+        declare(b, "masked.store")  # (called with its function type: render_llvm declares other void calls)
+        b.emit(f"call void ({VECTOR}, ptr, i32, <{LANES} x i1>) @llvm.masked.store.v{LANES}f32.p0("
+               f"{VECTOR} {value}, ptr {pointer}, i32 4, <{LANES} x i1> {mask})")
+
+
 def vector_operand(b: _FunctionBuilder, e: KExpr, column: str, mask: str | None,
                    cache: dict[tuple[KExpr, bool], str], broadcasts: dict[str, str],
                    acc_vector: str | None = None) -> str:
@@ -852,23 +873,11 @@ class _Tile:
 
     def lane_mask(self, count: str) -> str:
         """A ``<16 x i1>`` mask of the lanes below ``count`` (a constant or an i64 value)."""
-        b = self.b
-        lanes = ", ".join(f"i64 {lane}" for lane in range(LANES))
-        if count.lstrip("-").isdigit():
-            return b.instantiate(f"{{out}} = icmp slt <{LANES} x i64> <{lanes}>, splat (i64 {count})")
-        one = b.instantiate(f"{{out}} = insertelement <{LANES} x i64> poison, i64 {count}, i64 0")
-        splat = b.instantiate(f"{{out}} = shufflevector <{LANES} x i64> {one}, <{LANES} x i64> poison, "
-                              f"<{LANES} x i32> zeroinitializer")
-        return b.instantiate(f"{{out}} = icmp slt <{LANES} x i64> <{lanes}>, {splat}")
+        return lane_mask(self.b, count)
 
     def store_vector(self, value: str, pointer: str, mask: str | None) -> None:
         """Store a float vector at ``pointer``, only its ``mask`` lanes when there is one."""
-        if mask is None:
-            self.b.emit(f"store {self.vector} {value}, ptr {pointer}, align 4")
-        else:
-            self.declare("masked.store")  # (called with its function type: render_llvm declares other void calls)
-            self.b.emit(f"call void ({self.vector}, ptr, i32, <{LANES} x i1>) @llvm.masked.store.v{LANES}f32.p0("
-                        f"{self.vector} {value}, ptr {pointer}, i32 4, <{LANES} x i1> {mask})")
+        store_vector(self.b, value, pointer, mask)
 
     def row_term(self) -> KExpr:
         """The product's row factor as the tile reads it: a load from the packed rows, or the factor."""

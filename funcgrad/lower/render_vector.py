@@ -23,7 +23,7 @@ import numpy as np
 
 from funcgrad.lower.kernel import Kernel, KExpr
 from funcgrad.lower.render_loops import _FunctionBuilder
-from funcgrad.lower.render_tile import LANES, VECTOR, _varies, _vector_expression, declare, vector_operand
+from funcgrad.lower.render_tile import LANES, _varies, _vector_expression, lane_mask, store_vector, vector_operand
 
 __all__ = ["vector_elementwise", "render_vector", "VECTOR_MIN_ELEMENTS"]
 
@@ -78,11 +78,7 @@ def render_vector(b: _FunctionBuilder, kernel: Kernel) -> None:
     rest = b.instantiate(f"{{out}} = load i64, ptr %{LOOP}.addr")
     b.var_names[LOOP] = rest[1:]
     left = b.instantiate("{out} = sub i64 %end, {x}", x=rest)
-    splat = b.instantiate(f"{{out}} = insertelement <{LANES} x i64> poison, i64 {{x}}, i64 0", x=left)
-    limit = b.instantiate(f"{{out}} = shufflevector <{LANES} x i64> {{x}}, <{LANES} x i64> poison, "
-                          f"<{LANES} x i32> zeroinitializer", x=splat)
-    lanes = ", ".join(f"i64 {lane}" for lane in range(LANES))
-    mask = b.instantiate(f"{{out}} = icmp slt <{LANES} x i64> <{lanes}>, {{x}}", x=limit)
+    mask = lane_mask(b, left)
     _store(b, kernel, mask, broadcasts)  # (an empty rest stores nothing: every lane is masked off)
     del b.var_names[LOOP]
 
@@ -94,10 +90,4 @@ def _store(b: _FunctionBuilder, kernel: Kernel, mask: str | None, broadcasts: di
     for number, e in enumerate(kernel.outputs):
         value = vector_operand(b, e, LOOP, mask, cache, broadcasts)
         pointer = b.instantiate("{out} = getelementptr inbounds float, ptr %out{n}, i64 {i}", n=number, i=position)
-        if mask is None:
-            b.emit(f"store {VECTOR} {value}, ptr {pointer}, align 4")
-        else:
-            declare(b, "masked.store")
-            # (the call names its type, as render_tile's does: render_loops._declarations leaves it alone)
-            b.emit(f"call void ({VECTOR}, ptr, i32, <{LANES} x i1>) @llvm.masked.store.v{LANES}f32.p0("
-                   f"{VECTOR} {value}, ptr {pointer}, i32 4, <{LANES} x i1> {mask})")
+        store_vector(b, value, pointer, mask)
