@@ -15,8 +15,8 @@ from funcgrad.lower.render_loops import is_inline_math
 
 # Estimated work above which a kernel is split across threads. Work is loop iterations (global x
 # reduction) times the operations per iteration, with a transcendental function (a scalar libm
-# call) counting as TRANSCENDENTAL_COST simple vectorized operations, and float32 exp, tanh and
-# logistic (inline vector polynomials, render_loops.FLOAT32_OPS, an order of magnitude cheaper) as
+# call) counting as TRANSCENDENTAL_COST simple vectorized operations, and float32 exp, tanh, logistic
+# and the log family (inline vector polynomials, render_loops.FLOAT32_OPS, an order of magnitude cheaper) as
 # INLINE_TRANSCENDENTAL_COST. A thread hand-off costs far more than a short loop, and a memory-bound
 # kernel gains little from a second core, so only large kernels go parallel (the measured hand-off
 # and loop times, and the thresholds they give, are in docs/performance.md).

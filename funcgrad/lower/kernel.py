@@ -904,3 +904,28 @@ def _merge(kernel: Kernel, kind: str, d: int, roots: dict[KExpr, None]) -> Kerne
     if kind == "r":
         return attrs.evolve(kernel, outputs=outputs, reduce_expr=reduce_expr, reduce_shape=tuple(extents))
     return attrs.evolve(kernel, outputs=outputs, reduce_expr=reduce_expr, shape=tuple(extents))
+
+
+# --- pi in integer arithmetic, for the renderers' trigonometric range reductions -------------------------
+
+def pi_scaled(bits: int) -> int:
+    """floor(pi * 2^bits) to within one unit (Machin's formula, with 64 guard bits)."""
+    scale = 1 << (bits + 64)
+
+    def arctan_inverse(n: int) -> int:  # atan(1/n) * scale
+        total, term, k = 0, scale // n, 0
+        while term:
+            total += term // (2 * k + 1) * (-1 if k % 2 else 1)
+            term //= n * n
+            k += 1
+        return total
+
+    return (16 * arctan_inverse(5) - 4 * arctan_inverse(239)) >> 64
+
+
+def two_over_pi_words(count: int) -> list[int]:
+    """The first ``count`` 32-bit words of 2/pi's binary fraction, after one word of zeros (so a
+    window may start before the point): Payne and Hanek's table, for reductions of any float32."""
+    precision = 32 * count + 64
+    fraction = (1 << (2 * precision + 1)) // pi_scaled(precision) >> 64  # floor(2/pi * 2^(32 count))
+    return [0] + [(fraction >> (32 * (count - 1 - i))) & 0xFFFFFFFF for i in range(count)]

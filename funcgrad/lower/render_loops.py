@@ -42,7 +42,9 @@ from funcgrad.lower.kernel import (
     dtype_name,
     flat_index,
     fold_comparisons,
+    pi_scaled,
     simplify_index,
+    two_over_pi_words,
     var,
     with_args,
 )
@@ -117,10 +119,11 @@ FLOAT_OPS: dict[str, str] = {
     "ge": "{out} = fcmp oge {t} {x}, {y}",
 }
 
-# float32 exp and tanh written out as plain arithmetic (Cephes-style range reduction and minimax
-# polynomials evaluated with fused multiply-adds, the scale by 2^n as llvm.ldexp: one vscalefps), so
-# the loop vectorizer turns them into AVX-512 code instead of one libm call per element. Measured
-# against float64 over every 64th float32: exp within 0.97 ulp, tanh within 1.2 ulp (docs/architecture.md).
+# float32 exp, tanh, log, log2, log1p and expm1 written out as plain arithmetic (Cephes-style range
+# reduction and minimax polynomials evaluated with fused multiply-adds, the scale by 2^n as llvm.ldexp:
+# one vscalefps), so the loop vectorizer turns them into AVX-512 code instead of one libm call per
+# element. Measured against float64 over every 64th float32: exp within 0.97 ulp, tanh within 1.2 ulp;
+# over every 256th: log 0.82, log2 1.18, log1p 0.82, expm1 1.42 ulp (docs/architecture.md).
 # float64 keeps the intrinsics.
 def _f32(value: float) -> str:
     """A float32 constant in LLVM's exact hexadecimal (double-width) notation."""
@@ -200,7 +203,254 @@ FLOAT32_LOGISTIC = ("{out}.half = fmul float {x}, 0.5\n"
                     + FLOAT32_TANH.replace("{x}", "<HALF>").replace("{out}", "{out}.th").replace("<HALF>", "{out}.half")
                     + "\n{out}.scaled = fmul float {out}.th, 0.5\n{out} = fadd float {out}.scaled, 0.5")
 
-FLOAT32_OPS: dict[str, str] = {"exp": FLOAT32_EXP, "tanh": FLOAT32_TANH, "logistic": FLOAT32_LOGISTIC}
+# Cephes logf: x = 2^e * m with m in [sqrt(1/2), sqrt(2)) (denormals scaled by 2^23 first, the bits read
+# as integers), f = m - 1 exactly, log(1 + f) ~ f - f^2/2 + f^3 P(f), and e * ln 2 added in two parts
+_LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+             -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+_FLOAT32_MIN_NORMAL = 1.17549435e-38
+_NAN = "0x7FF8000000000000"
+
+
+def _log_core(out: str, x: str) -> list[str]:
+    """For x > 0 and finite: ``{out}.e`` (the exponent, as a float), ``{out}.f`` (m - 1) and ``{out}.y``
+    (log(1 + f) - f: the polynomial's part, -f^2/2 included), so that log(x) = f + y + e ln 2."""
+    return [
+        f"{out}.tiny = fcmp olt float {x}, {_f32(_FLOAT32_MIN_NORMAL)}",
+        f"{out}.big = fmul float {x}, {_f32(2.0 ** 23)}",
+        f"{out}.xn = select i1 {out}.tiny, float {out}.big, float {x}",
+        f"{out}.bits = bitcast float {out}.xn to i32",
+        f"{out}.biased = lshr i32 {out}.bits, 23",
+        f"{out}.frac = and i32 {out}.bits, 8388607",
+        f"{out}.half = or i32 {out}.frac, 1056964608",  # the exponent of 0.5: m in [0.5, 1)
+        f"{out}.m = bitcast i32 {out}.half to float",
+        f"{out}.low = fcmp olt float {out}.m, {_f32(0.707106781186547524)}",
+        f"{out}.bias = select i1 {out}.tiny, i32 149, i32 126",
+        f"{out}.e0 = sub i32 {out}.biased, {out}.bias",
+        f"{out}.dec = zext i1 {out}.low to i32",
+        f"{out}.ei = sub i32 {out}.e0, {out}.dec",
+        f"{out}.e = sitofp i32 {out}.ei to float",
+        f"{out}.m2 = fadd float {out}.m, {out}.m",
+        f"{out}.mm = select i1 {out}.low, float {out}.m2, float {out}.m",
+        f"{out}.f = fsub float {out}.mm, 1.0",
+        f"{out}.z = fmul float {out}.f, {out}.f",
+        *_horner(f"{out}.p", f"{out}.f", _LOG_POLY),
+        f"{out}.pf = fmul float {out}.p{len(_LOG_POLY) - 1}, {out}.f",
+        f"{out}.pz = fmul float {out}.pf, {out}.z",
+        f"{out}.y = call float @llvm.fmuladd.f32(float {out}.z, float -0.5, float {out}.pz)",
+    ]
+
+
+def _log_specials(out: str, x: str, value: str) -> list[str]:
+    """``out`` = ``value`` for x > 0 finite; log's +inf at +inf, -inf at +-0, NaN below 0, x where NaN."""
+    return [
+        f"{out}.atinf = fcmp oeq float {x}, 0x7FF0000000000000",
+        f"{out}.vi = select i1 {out}.atinf, float 0x7FF0000000000000, float {value}",
+        f"{out}.atzero = fcmp oeq float {x}, 0.0",
+        f"{out}.vz = select i1 {out}.atzero, float 0xFFF0000000000000, float {out}.vi",
+        f"{out}.negative = fcmp olt float {x}, 0.0",
+        f"{out}.vn = select i1 {out}.negative, float {_NAN}, float {out}.vz",
+        f"{out}.nan = fcmp uno float {x}, 0.0",
+        f"{out} = select i1 {out}.nan, float {x}, float {out}.vn",
+    ]
+
+
+def _log_lines(out: str, x: str) -> list[str]:
+    """Natural log of ``x`` into ``out``, every float32 input (Cephes' order of additions)."""
+    return [
+        *_log_core(f"{out}.c", x),
+        f"{out}.y1 = call float @llvm.fmuladd.f32(float {out}.c.e, float {_f32(-2.12194440e-4)}, float {out}.c.y)",
+        f"{out}.r1 = fadd float {out}.c.f, {out}.y1",
+        f"{out}.r = call float @llvm.fmuladd.f32(float {out}.c.e, float {_f32(0.693359375)}, float {out}.r1)",
+        *_log_specials(out, x, f"{out}.r"),
+    ]
+
+
+_LOG2E_MINUS_1 = 0.44269504088896340736  # log2(e) - 1: f * log2(e) = f + f * this, without rounding log2(e)
+FLOAT32_LOG = "\n".join(_log_lines("{out}", "{x}"))
+FLOAT32_LOG2 = "\n".join([
+    *_log_core("{out}.c", "{x}"),
+    f"{{out}}.a = fmul float {{out}}.c.y, {_f32(_LOG2E_MINUS_1)}",
+    f"{{out}}.b = call float @llvm.fmuladd.f32(float {{out}}.c.f, float {_f32(_LOG2E_MINUS_1)}, float {{out}}.a)",
+    "{out}.s1 = fadd float {out}.b, {out}.c.y",
+    "{out}.s2 = fadd float {out}.s1, {out}.c.f",
+    "{out}.r = fadd float {out}.s2, {out}.c.e",
+    *_log_specials("{out}", "{x}", "{out}.r"),
+])
+# log1p(x) = log(u) + (x - (u - 1)) / u for u = 1 + x rounded: the correction, what the rounding of u
+# dropped, joins log's small terms before the last addition; x itself where u rounds to 1 (-0 kept)
+FLOAT32_LOG1P = "\n".join([
+    "{out}.u = fadd float {x}, 1.0",
+    *_log_core("{out}.c", "{out}.u"),
+    "{out}.d = fsub float {out}.u, 1.0",
+    "{out}.dx = fsub float {x}, {out}.d",
+    "{out}.k = fdiv float {out}.dx, {out}.u",
+    f"{{out}}.y1 = call float @llvm.fmuladd.f32(float {{out}}.c.e, float {_f32(-2.12194440e-4)}, float {{out}}.c.y)",
+    "{out}.y2 = fadd float {out}.y1, {out}.k",
+    "{out}.r1 = fadd float {out}.c.f, {out}.y2",
+    f"{{out}}.r = call float @llvm.fmuladd.f32(float {{out}}.c.e, float {_f32(0.693359375)}, float {{out}}.r1)",
+    "{out}.one = fcmp oeq float {out}.d, 0.0",
+    "{out}.ro = select i1 {out}.one, float {x}, float {out}.r",
+    *_log_specials("{out}", "{out}.u", "{out}.ro"),
+])
+# expm1(x) = 2^n (expm1(r) + 1 - 2^-n) for x = n ln 2 + r: exp's polynomial without its final + 1 is
+# expm1(r); x is clamped to [-20, 88.75] (expm1 rounds to -1 below -17.4, overflows above 88.73), and
+# 0 (either sign) and NaN are returned as they came
+FLOAT32_EXPM1 = "\n".join([
+    "{out}.lo = call float @llvm.maxnum.f32(float {x}, float -20.0)",
+    "{out}.xc = call float @llvm.minnum.f32(float {out}.lo, float 88.75)",
+    f"{{out}}.t = fmul float {{out}}.xc, {_f32(1.44269504088896341)}",
+    "{out}.n = call float @llvm.roundeven.f32(float {out}.t)",
+    f"{{out}}.r1 = call float @llvm.fmuladd.f32(float {{out}}.n, float {_f32(-0.693359375)}, float {{out}}.xc)",
+    f"{{out}}.r = call float @llvm.fmuladd.f32(float {{out}}.n, float {_f32(2.12194440e-4)}, float {{out}}.r1)",
+    *_horner("{out}.q", "{out}.r", _EXP_POLY),
+    "{out}.rr = fmul float {out}.r, {out}.r",
+    "{out}.p = call float @llvm.fmuladd.f32(float {out}.q5, float {out}.rr, float {out}.r)",
+    "{out}.ni = fptosi float {out}.n to i32",
+    "{out}.nn = sub i32 0, {out}.ni",
+    "{out}.inv = call float @llvm.ldexp.f32.i32(float 1.0, i32 {out}.nn)",
+    "{out}.s = fsub float 1.0, {out}.inv",
+    "{out}.v = fadd float {out}.p, {out}.s",
+    "{out}.e = call float @llvm.ldexp.f32.i32(float {out}.v, i32 {out}.ni)",
+    "{out}.keep = fcmp ueq float {x}, 0.0",
+    "{out} = select i1 {out}.keep, float {x}, float {out}.e",
+])
+
+def _f64(value: float) -> str:
+    return "0x" + struct.pack(">d", float(value)).hex().upper()
+
+
+# sin and cos of float32, in double from the reduction on: x = (j + f) pi/2 with |f| <= 1/2, then
+# sin(f pi/2) or cos(f pi/2) by j mod 4, their Taylor series to r^11 and r^12 (under 2^-28 relative
+# on |r| <= pi/4), rounded once to float32 at the end.
+# Below 2^20, Cody and Waite in double: pi/2 in three parts of 33, 33 and 53 bits, so j * each of
+# the first two is exact. From 2^20 (to inf), Payne and Hanek: the float's 24-bit integer m times
+# the 96 bits of 2/pi that the exponent selects (word w of `two_over_pi_words` is chosen by selects
+# among the constants: w <= 4 for any float32), bits 95..32 of the product holding the quadrant and
+# 62 bits of f. Both run on every lane (the other reads a safe value) and a select picks one.
+_PIO2_BITS = pi_scaled(200) >> 1  # floor(pi/2 * 2^200)
+_PIO2_1 = (_PIO2_BITS >> 168) / 2.0 ** 32
+_PIO2_2 = ((_PIO2_BITS >> 135) & ((1 << 33) - 1)) / 2.0 ** 65
+_PIO2_3 = (_PIO2_BITS & ((1 << 135) - 1)) / 2.0 ** 200
+_SIN_POLY = tuple((-1) ** k / float(np.prod(np.arange(1, 2 * k + 2, dtype=np.float64))) for k in range(5, 0, -1))
+_COS_POLY = tuple((-1) ** k / float(np.prod(np.arange(1, 2 * k + 1, dtype=np.float64))) for k in range(6, 0, -1))
+_TWO_OVER_PI = two_over_pi_words(8)
+TRIG_LARGE = 2.0 ** 20
+
+
+def _horner64(name: str, x: str, coefficients: tuple[float, ...]) -> list[str]:
+    lines, previous = [], _f64(coefficients[0])
+    for position, c in enumerate(coefficients[1:], start=1):
+        lines.append(f"{name}{position} = call double @llvm.fmuladd.f64(double {previous}, double {x}, "
+                     f"double {_f64(c)})")
+        previous = f"{name}{position}"
+    return lines
+
+
+def _signed32(word: int) -> int:
+    return word - (1 << 32) if word >> 31 else word
+
+
+def _table_word(out: str, k: int) -> list[str]:
+    """``out`` = word w + k of the 2/pi table (zero-extended), for w in 0..4 (``{out}.at<i>``: w == i),
+    as a chain of selects among constants."""
+    lines, previous = [], f"{_signed32(_TWO_OVER_PI[4 + k])}"
+    for index in range(3, -1, -1):
+        lines.append(f"{out}.s{index} = select i1 {{out}}.at{index}, i32 {_signed32(_TWO_OVER_PI[index + k])}, "
+                     f"i32 {previous}")
+        previous = f"{out}.s{index}"
+    lines.append(f"{out} = zext i32 {previous} to i64")
+    return lines
+
+
+def _trig(cosine: bool) -> str:
+    large = [
+        "{out}.hb = select i1 {out}.big, float {out}.ax, float " + _f32(TRIG_LARGE),
+        "{out}.bits = bitcast float {out}.hb to i32",
+        "{out}.biased = lshr i32 {out}.bits, 23",
+        "{out}.mant = and i32 {out}.bits, 8388607",
+        "{out}.m = or i32 {out}.mant, 8388608",
+        "{out}.p = sub i32 {out}.biased, 120",  # the window's first table bit: 2/pi's bit (exponent - 151), + 31
+        "{out}.w = lshr i32 {out}.p, 5",
+        "{out}.sh32 = and i32 {out}.p, 31",
+        "{out}.sh = zext i32 {out}.sh32 to i64",
+        *[f"{{out}}.at{index} = icmp eq i32 {{out}}.w, {index}" for index in range(4)],
+        *[line for k in range(4) for line in _table_word(f"{{out}}.t{k}", k)],
+    ]
+    for k, name in enumerate(("2", "1", "0")):  # the window's three words, most significant first
+        large += [f"{{out}}.h{name} = shl i64 {{out}}.t{k}, 32",
+                  f"{{out}}.pair{name} = or i64 {{out}}.h{name}, {{out}}.t{k + 1}",
+                  f"{{out}}.up{name} = shl i64 {{out}}.pair{name}, {{out}}.sh",
+                  f"{{out}}.W{name} = lshr i64 {{out}}.up{name}, 32"]
+    large += [
+        "{out}.m64 = zext i32 {out}.m to i64",
+        "{out}.p2 = mul i64 {out}.m64, {out}.W2",
+        "{out}.p1 = mul i64 {out}.m64, {out}.W1",
+        "{out}.p0 = mul i64 {out}.m64, {out}.W0",
+        "{out}.q2 = shl i64 {out}.p2, 32",
+        "{out}.p0h = lshr i64 {out}.p0, 32",
+        "{out}.q1 = add i64 {out}.q2, {out}.p1",
+        "{out}.q = add i64 {out}.q1, {out}.p0h",  # bits 95..32 of m * window: 2 of quadrant, 62 of f
+        f"{{out}}.rq = add i64 {{out}}.q, {1 << 61}",
+        "{out}.jq = lshr i64 {out}.rq, 62",
+        "{out}.jb = trunc i64 {out}.jq to i32",
+        f"{{out}}.fm = and i64 {{out}}.rq, {(1 << 62) - 1}",
+        f"{{out}}.fs = sub i64 {{out}}.fm, {1 << 61}",
+        "{out}.fd = sitofp i64 {out}.fs to double",
+        f"{{out}}.rb = fmul double {{out}}.fd, {_f64(np.pi / 2 * 2.0 ** -62)}",
+    ]
+    small = [
+        "{out}.xs = select i1 {out}.big, float 0.0, float {out}.ax",
+        "{out}.xd = fpext float {out}.xs to double",
+        f"{{out}}.t = fmul double {{out}}.xd, {_f64(2 / np.pi)}",
+        "{out}.jd = call double @llvm.roundeven.f64(double {out}.t)",
+        f"{{out}}.k1 = fmul double {{out}}.jd, {_f64(_PIO2_1)}",
+        "{out}.r1 = fsub double {out}.xd, {out}.k1",
+        f"{{out}}.k2 = fmul double {{out}}.jd, {_f64(_PIO2_2)}",
+        "{out}.r2 = fsub double {out}.r1, {out}.k2",
+        f"{{out}}.k3 = fmul double {{out}}.jd, {_f64(_PIO2_3)}",
+        "{out}.rs = fsub double {out}.r2, {out}.k3",
+        "{out}.js = fptosi double {out}.jd to i32",
+    ]
+    sign = [] if cosine else [  # sin is odd: the sign of x (of -0 too) goes back on at the end
+        "{out}.xbits = bitcast float {x} to i32",
+        "{out}.xneg = icmp slt i32 {out}.xbits, 0",
+        "{out}.vneg = fneg double {out}.v2",
+        "{out}.v3 = select i1 {out}.xneg, double {out}.vneg, double {out}.v2",
+    ]
+    return "\n".join([
+        "{out}.ax = call float @llvm.fabs.f32(float {x})",
+        f"{{out}}.big = fcmp oge float {{out}}.ax, {_f32(TRIG_LARGE)}",
+        *large, *small,
+        "{out}.j = select i1 {out}.big, i32 {out}.jb, i32 {out}.js",
+        "{out}.r = select i1 {out}.big, double {out}.rb, double {out}.rs",
+        f"{{out}}.quadrant = add i32 {{out}}.j, {1 if cosine else 0}",
+        "{out}.rr = fmul double {out}.r, {out}.r",
+        *_horner64("{out}.ps", "{out}.rr", _SIN_POLY),
+        f"{{out}}.sr = fmul double {{out}}.ps{len(_SIN_POLY) - 1}, {{out}}.rr",
+        "{out}.sin = call double @llvm.fmuladd.f64(double {out}.sr, double {out}.r, double {out}.r)",
+        *_horner64("{out}.pc", "{out}.rr", _COS_POLY),
+        f"{{out}}.cos = call double @llvm.fmuladd.f64(double {{out}}.pc{len(_COS_POLY) - 1}, double {{out}}.rr, "
+        "double 1.0)",
+        "{out}.odd = trunc i32 {out}.quadrant to i1",
+        "{out}.v = select i1 {out}.odd, double {out}.cos, double {out}.sin",
+        "{out}.half = and i32 {out}.quadrant, 2",
+        "{out}.flip = icmp ne i32 {out}.half, 0",
+        "{out}.vf = fneg double {out}.v",
+        "{out}.v2 = select i1 {out}.flip, double {out}.vf, double {out}.v",
+        *sign,
+        f"{{out}}.f = fptrunc double {{out}}.v{2 if cosine else 3} to float",
+        "{out}.finite = fcmp olt float {out}.ax, 0x7FF0000000000000",
+        "{out}.nan = fsub float {x}, {x}",  # inf - inf and NaN - NaN: NaN
+        "{out} = select i1 {out}.finite, float {out}.f, float {out}.nan",
+    ])
+
+
+FLOAT32_SIN = _trig(cosine=False)
+FLOAT32_COS = _trig(cosine=True)
+
+FLOAT32_OPS: dict[str, str] = {"exp": FLOAT32_EXP, "tanh": FLOAT32_TANH, "logistic": FLOAT32_LOGISTIC,
+                               "log": FLOAT32_LOG, "log2": FLOAT32_LOG2, "log1p": FLOAT32_LOG1P,
+                               "expm1": FLOAT32_EXPM1, "sin": FLOAT32_SIN, "cos": FLOAT32_COS}
 
 # integer semantics follow the reference: wrap-around arithmetic, x / 0 = x % 0 = 0, MIN / -1 = MIN,
 # shifts by >= the width (or negative) give 0, or -1 for arithmetic right shifts of negatives
@@ -845,8 +1095,8 @@ def _costly(e: KExpr, memo: dict[KExpr, bool]) -> bool:
 
 
 def is_inline_math(e: KExpr) -> bool:
-    """Is ``e`` a float32 exp, tanh or logistic, rendered as an inline polynomial (FLOAT32_OPS: a chain
-    of ~30 dependent vector operations, a fraction of a libm call's time: docs/performance.md)?"""
+    """Is ``e`` a float32 function rendered as an inline polynomial (FLOAT32_OPS: exp, tanh, logistic, the
+    log family; a chain of ~30 dependent vector operations, a fraction of a libm call's time)?"""
     return e.op in FLOAT32_OPS and np.dtype(e.dtype) == FLOAT32
 
 
@@ -924,7 +1174,7 @@ def _partial_hints(kernel: Kernel, choices: LoopChoices, depth: int, loops: int)
     return (*hints, "no_unroll") if "no_unroll" not in hints else hints
 
 
-INLINE_INTERLEAVE = 4  # vectors in flight per iteration of an elementwise loop with float32 exp/tanh/logistic
+INLINE_INTERLEAVE = 4  # vectors in flight per iteration of an elementwise loop with a FLOAT32_OPS function
 
 
 def _interleave_hints(kernel: Kernel, choices: LoopChoices) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr, UnsupportedDtypeError
+from funcgrad.lower.kernel import BOOL, COMPARISONS, INDEX, Kernel, KExpr, UnsupportedDtypeError, two_over_pi_words
 
 __all__ = ["render_wgsl", "buffer_layout", "BufferLayout", "Binding", "storage_dtype", "check_kernel",
            "WGSLUnsupportedError", "WORKGROUP_SIZE"]
@@ -629,28 +629,9 @@ HELPERS: dict[str, str] = {
   return bitcast<f32>(rounded & 0xffff0000u);
 }""",
 }
-def _two_over_pi_words(count: int) -> list[int]:
-    """The first ``count`` 32-bit words of 2/pi's binary fraction, after one word of zeros (so a
-    window may start before the point). pi from Machin's formula in integer arithmetic."""
-    precision = 32 * count + 64
-    scale = 1 << precision
-
-    def arctan_inverse(n: int) -> int:  # atan(1/n) * scale
-        total, term, k = 0, scale // n, 0
-        while term:
-            total += term // (2 * k + 1) * (-1 if k % 2 else 1)
-            term //= n * n
-            k += 1
-        return total
-
-    pi = 16 * arctan_inverse(5) - 4 * arctan_inverse(239)
-    fraction = (2 * scale * scale // pi) >> 64  # floor(2/pi * 2^(32 count)), 2/pi < 1
-    return [0] + [(fraction >> (32 * (count - 1 - i))) & 0xFFFFFFFF for i in range(count)]
-
-
 # enough bits for the largest float32 exponent (2^127: window ends near bit 127 + 96)
 TWO_OVER_PI_TABLE = ("var<private> fg_two_over_pi: array<u32, 10> = array<u32, 10>("
-                     + ", ".join(f"0x{word:08x}u" for word in _two_over_pi_words(9)) + ");")
+                     + ", ".join(f"0x{word:08x}u" for word in two_over_pi_words(9)) + ");")
 
 REDUCE_ALU = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
 BOOL_REDUCE_ALU = {"sum": "or", "prod": "and", "max": "or", "min": "and"}

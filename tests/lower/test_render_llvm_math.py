@@ -133,3 +133,138 @@ def test_elementwise_inline_math_loops_interleave_four_vectors_with_the_same_bit
     CPUDevice(cache_dir=tmp_path).compile(kernel)([x], outputs)
     for op, got in zip(ops, outputs):
         assert got.tobytes() == with_hint[op].tobytes(), op
+
+
+LOG_OPS = ("log", "log2", "log1p", "expm1")
+LOG_SPECIAL = [1.0, -1.0, 2.0, 0.5, -0.5, -2.0, 1e-8, -1e-8, 2.0 ** -24, -(2.0 ** -25), 0.70710677, 1.4142135,
+               -17.4, -20.0, -21.0, 88.72, 88.73, 1e-38, 1.17549435e-38]
+
+
+@pytest.fixture(scope="module")
+def log_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """log, log2, log1p and expm1 over the sweep, every power of two, and their own edge values."""
+    positive = np.arange(0, 0x7F800000, STEP, dtype=np.uint32).view(np.float32)
+    powers = np.ldexp(np.float32(1.0), np.arange(-149, 128)).astype(np.float32)
+    x = np.concatenate([positive, -positive, powers, np.array(SPECIAL + LOG_SPECIAL, np.float32)])
+    kernel = Kernel("log_sweep", (x.size,), (ShapedArray(x.shape, F32),),
+                    tuple(ShapedArray(x.shape, F32) for _ in LOG_OPS),
+                    tuple(alu(op, load(0, var("g0"), F32)) for op in LOG_OPS))
+    outputs = [np.empty_like(x) for _ in LOG_OPS]
+    CPUDevice(cache_dir=tmp_path_factory.mktemp("cache")).compile(kernel)([x], outputs)
+    return x, dict(zip(LOG_OPS, outputs))
+
+
+# the worst errors over every 256th float32 (8.4 M values a sign): log 0.82, log2 1.18, log1p 0.82,
+# expm1 1.42 ulp (NumPy's own float32 loops there: 3.19, 2.04, 1.16, 2.54)
+@pytest.mark.parametrize(("op", "bound"), [("log", 1.0), ("log2", 1.25), ("log1p", 1.0), ("expm1", 1.5)])
+def test_log_family_is_within_its_bound_of_float64(log_sweep: tuple[np.ndarray, dict[str, np.ndarray]],
+                                                   op: str, bound: float) -> None:
+    x, outputs = log_sweep
+    got = outputs[op]
+    with np.errstate(all="ignore"):
+        want = getattr(np, op)(x.astype(np.float64))
+        error = ulp_error(got, want)
+    worst = int(np.argmax(error))
+    assert error[worst] <= bound, f"{op}({x[worst]!r}) = {got[worst]!r}, want {want[worst]!r}: {error[worst]} ulp"
+    zeros = want == 0
+    assert (np.signbit(got[zeros]) == np.signbit(want[zeros])).all()  # log1p(-0) = expm1(-0) = -0
+
+
+def test_log_family_special_values(log_sweep: tuple[np.ndarray, dict[str, np.ndarray]]) -> None:
+    x, outputs = log_sweep
+
+    def at(op: str, value: float) -> float:
+        return float(outputs[op][np.flatnonzero(x.view(np.uint32) == np.float32(value).view(np.uint32))[0]])
+
+    for op in ("log", "log2"):
+        assert at(op, 0.0) == -np.inf and at(op, -0.0) == -np.inf and at(op, np.inf) == np.inf
+        assert np.isnan(at(op, -1.0)) and np.isnan(at(op, -np.inf)) and np.isnan(at(op, -1e-45))
+    assert at("log", 1e-45) == np.float32(np.log(np.float64(np.float32(1e-45))))  # 2^-149, scaled first
+    powers = np.ldexp(np.float32(1.0), np.arange(-149, 128)).astype(np.float32)
+    assert [at("log2", p) for p in powers] == list(range(-149, 128))  # exact at every power of two
+    assert at("log", 1.0) == 0.0 and not np.signbit(at("log", 1.0))
+    assert at("log1p", -1.0) == -np.inf and at("log1p", np.inf) == np.inf and np.isnan(at("log1p", -2.0))
+    assert np.isnan(at("log1p", -np.inf)) and at("log1p", 1e-8) == np.float32(1e-8)
+    assert at("expm1", np.inf) == np.inf and at("expm1", -np.inf) == -1.0 and at("expm1", 88.73) == np.inf
+    assert at("expm1", -20.0) == -1.0 and at("expm1", 2.0 ** -24) == np.float32(2.0 ** -24)
+    for op in LOG_OPS:
+        assert np.isnan(outputs[op][np.isnan(x)]).all(), op
+
+
+def test_log_family_is_arithmetic_the_loop_vectoriser_can_widen() -> None:
+    """No libm call or scalar-only intrinsic is left: LLVM's loop vectoriser widens the loop to AVX-512
+    (llvm.log.f32 and @log1pf are a scalar call per element, 3-10x slower: docs/performance.md)."""
+    x = load(0, var("g0"), F32)
+    kernel = Kernel("logs", (64,), (ShapedArray((64,), F32),), tuple(ShapedArray((64,), F32) for _ in LOG_OPS),
+                    tuple(alu(op, x) for op in LOG_OPS))
+    source = render_llvm(kernel)
+    for call in ("@llvm.log.", "@llvm.log2.", "@llvm.exp.", "@log1pf", "@expm1f", "@logf"):
+        assert call not in source, call
+    assert '!"llvm.loop.interleave.count", i32 4' in source  # latency-bound chains, as exp's
+
+
+TRIG_OPS = ("sin", "cos")
+
+
+@pytest.fixture(scope="module")
+def trig_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """sin and cos over the sweep, the float32 nearest to k pi/2 (k < 2^21: the reductions' hardest
+    inputs below 2^20 and past it), both sides of TRIG_LARGE, and the powers of two."""
+    positive = np.arange(0, 0x7F800000, STEP, dtype=np.uint32).view(np.float32)
+    near = (np.arange(1, 1 << 21, 7, dtype=np.float64) * (np.pi / 2)).astype(np.float32)
+    edge = np.float32(render_llvm_module.TRIG_LARGE)
+    around = np.nextafter(np.float32([edge, edge]), np.float32([0, np.inf]))
+    powers = np.ldexp(np.float32(1.0), np.arange(-149, 128)).astype(np.float32)
+    x = np.concatenate([positive, -positive, near, -near, around, -around, np.float32([edge, -edge]), powers,
+                        -powers, np.array(SPECIAL, np.float32)])
+    kernel = Kernel("trig_sweep", (x.size,), (ShapedArray(x.shape, F32),),
+                    tuple(ShapedArray(x.shape, F32) for _ in TRIG_OPS),
+                    tuple(alu(op, load(0, var("g0"), F32)) for op in TRIG_OPS))
+    outputs = [np.empty_like(x) for _ in TRIG_OPS]
+    CPUDevice(cache_dir=tmp_path_factory.mktemp("cache")).compile(kernel)([x], outputs)
+    return x, dict(zip(TRIG_OPS, outputs))
+
+
+@pytest.mark.parametrize("op", TRIG_OPS)
+def test_sin_and_cos_round_to_within_half_an_ulp_and_a_little_for_every_magnitude(
+        trig_sweep: tuple[np.ndarray, dict[str, np.ndarray]], op: str) -> None:
+    """Over every 256th float32 the worst was 0.50010 ulp (sin at 3.3e37) and 0.50007 (cos at 4.5e17):
+    double from the reduction on, and Payne and Hanek's reduction from 2^20 up to FLT_MAX (NumPy's own
+    float32 loops there: 1.46 and 1.43 ulp)."""
+    x, outputs = trig_sweep
+    got = outputs[op]
+    with np.errstate(invalid="ignore"):
+        want = getattr(np, op)(x.astype(np.float64))  # glibc reduces float64 exactly
+        error = ulp_error(got, want)
+    worst = int(np.argmax(error))
+    assert error[worst] <= 0.501, f"{op}({x[worst]!r}) = {got[worst]!r}, want {want[worst]!r}: {error[worst]} ulp"
+    finite = np.isfinite(x)
+    assert np.isnan(got[~finite]).all() and (np.abs(got[finite]) <= 1).all()
+
+
+def test_sin_and_cos_special_values(trig_sweep: tuple[np.ndarray, dict[str, np.ndarray]]) -> None:
+    x, outputs = trig_sweep
+    sin, cos = outputs["sin"], outputs["cos"]
+    zero, negative_zero = x.view(np.uint32) == 0, x.view(np.uint32) == 0x80000000
+    assert (sin[zero] == 0).all() and not np.signbit(sin[zero]).any()
+    assert (sin[negative_zero] == 0).all() and np.signbit(sin[negative_zero]).all()  # sin(-0) = -0
+    assert (cos[zero | negative_zero] == 1).all()
+    tiny = (np.abs(x) < 2.0 ** -12) & (x != 0)
+    assert (sin[tiny] == x[tiny]).all() and (cos[tiny] == 1).all()  # denormals included
+    for op in TRIG_OPS:
+        got = outputs[op]
+        assert np.isnan(got[np.isinf(x)]).all() and np.isnan(got[np.isnan(x)]).all(), op
+    half = len(np.arange(0, 0x7F800000, STEP))  # the sweep's positive half, then its negation
+    assert sin[:half].tobytes() == (-sin[half:2 * half]).tobytes()  # odd, bit for bit
+    assert cos[:half].tobytes() == cos[half:2 * half].tobytes()  # even
+
+
+def test_sin_and_cos_are_arithmetic_the_loop_vectoriser_can_widen() -> None:
+    x = load(0, var("g0"), F32)
+    kernel = Kernel("trig", (64,), (ShapedArray((64,), F32),), tuple(ShapedArray((64,), F32) for _ in TRIG_OPS),
+                    tuple(alu(op, x) for op in TRIG_OPS))
+    source = render_llvm(kernel)
+    for call in ("@llvm.sin.", "@llvm.cos.", "@sinf", "@cosf", "@llvm.sin.f64"):
+        assert call not in source, call
+    assert " constant [" not in source  # 2/pi's words are selected among constants, not gathered from a table
+    assert '!"llvm.loop.interleave.count", i32 4' in source
