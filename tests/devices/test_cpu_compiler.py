@@ -28,10 +28,10 @@ from tests.lower.test_render_llvm import alu, elementwise_kernel, g, load, reduc
 REPO = Path(__file__).resolve().parents[2]
 
 
-def erf_kernel(name: str = "erf_plus_constants", n: int = 1000) -> cpu.Kernel:
+def libm_kernel(name: str = "asinh_plus_constants", n: int = 1000) -> cpu.Kernel:
     """A libm call (an undefined symbol to link) and float constants (read-only data to relocate)."""
     x = load(0, g(), np.float32)
-    return elementwise_kernel(name, [np.float32], [alu("erf", x), alu("mul", alu("exp", x), x)], n=n)
+    return elementwise_kernel(name, [np.float32], [alu("asinh", x), alu("mul", alu("exp", x), x)], n=n)
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +51,15 @@ def run_loaded(kernel: cpu.Kernel, address: int, x: np.ndarray) -> list[np.ndarr
 def test_the_worker_emits_the_same_object_code_as_llvm_in_this_process(client: compiler.WorkerClient) -> None:
     here = cpu.host_target("inprocess")
     assert client.describe() == here.description, "the worker targets the host CPU exactly as this process"
-    source = render_llvm(erf_kernel())
+    source = render_llvm(libm_kernel())
     for level in (0, 3):
         assert client.compile(source, level) == here.compile_alone(source, level)
 
 
 def test_loaded_object_code_computes_what_mcjit_and_the_evaluator_compute(client: compiler.WorkerClient) -> None:
-    kernel = erf_kernel()
+    kernel = libm_kernel()
     object_code = client.compile(render_llvm(kernel), 3)
-    assert "erff" in compiler.undefined_symbols(object_code)
+    assert "asinhf" in compiler.undefined_symbols(object_code)
     memory, address = compiler.load_object(object_code, llvm_function_name(kernel))
     engine, mcjit_address = cpu.host_target("inprocess").load(object_code, llvm_function_name(kernel))
     x = np.linspace(-3, 3, 1000, dtype=np.float32)
@@ -77,7 +77,7 @@ def test_both_compilers_run_kernels_and_share_the_disk_cache(mode: str, tmp_path
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FUNCGRAD_COMPILER", mode)
     device = cpu.CPUDevice(cache_dir=tmp_path)
-    kernels = [erf_kernel(f"erf_{mode}"), reduction_kernel(f"sum_{mode}", "sum", np.dtype(np.float32), (3, 50, 7))]
+    kernels = [libm_kernel(f"asinh_{mode}"), reduction_kernel(f"sum_{mode}", "sum", np.dtype(np.float32), (3, 50, 7))]
     compiled = device.compile_many(kernels)
     assert [c.origin for c in compiled] == ["compiled", "compiled"]
     x = np.linspace(-2, 2, 1000, dtype=np.float32)
@@ -99,13 +99,13 @@ def test_an_llvm_error_comes_back_and_the_worker_keeps_serving(client: compiler.
     with pytest.raises(RuntimeError, match="undefined_thing"):
         client.compile("define void @f() {\n  ret i32 %undefined_thing\n}\n")
     pid = client.pid()
-    assert client.compile(render_llvm(erf_kernel("after_error")), 0)[:4] == b"\x7fELF"
+    assert client.compile(render_llvm(libm_kernel("after_error")), 0)[:4] == b"\x7fELF"
     assert client.pid() == pid
 
 
 def test_a_killed_worker_is_started_again() -> None:
     made = compiler.WorkerClient(idle_seconds=0)
-    source = render_llvm(erf_kernel("after_kill"))
+    source = render_llvm(libm_kernel("after_kill"))
     first = made.compile(source, 0)
     pid = made.pid()
     assert pid is not None
@@ -125,13 +125,13 @@ def test_a_worker_that_dies_twice_is_a_clear_error(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(compiler._Worker, "send", send_and_die)
     made = compiler.WorkerClient(idle_seconds=0)
     with pytest.raises(RuntimeError, match=r"compiler worker exited with code -9 twice .*FUNCGRAD_COMPILER=inprocess"):
-        made.compile(render_llvm(erf_kernel("doomed")), 0)
+        made.compile(render_llvm(libm_kernel("doomed")), 0)
     assert made.starts == 2
 
 
 def test_an_idle_worker_exits_and_the_next_request_starts_one() -> None:
     made = compiler.WorkerClient(idle_seconds=0.2)
-    source = render_llvm(erf_kernel("idle"))
+    source = render_llvm(libm_kernel("idle"))
     made.compile(source, 0)
     process = made.worker.process if made.worker else None
     assert process is not None
@@ -143,7 +143,7 @@ def test_an_idle_worker_exits_and_the_next_request_starts_one() -> None:
 
 
 def test_a_forked_child_gets_its_own_worker(client: compiler.WorkerClient) -> None:
-    source = render_llvm(erf_kernel("forked"))
+    source = render_llvm(libm_kernel("forked"))
     expected = client.compile(source, 0)
     pid = client.pid()
     child = os.fork()
@@ -157,7 +157,7 @@ def test_a_forked_child_gets_its_own_worker(client: compiler.WorkerClient) -> No
 
 def test_the_loader_refuses_what_it_cannot_link(client: compiler.WorkerClient, monkeypatch: pytest.MonkeyPatch,
                                                  tmp_path: Path) -> None:
-    kernel = erf_kernel("refused")
+    kernel = libm_kernel("refused")
     object_code = client.compile(render_llvm(kernel), 0)
     with pytest.raises(compiler.UnsupportedObject, match="not a little-endian ELF64"):
         compiler.load_object(b"MZ" + object_code[2:], "refused")
@@ -171,13 +171,13 @@ def test_the_loader_refuses_what_it_cannot_link(client: compiler.WorkerClient, m
     with pytest.raises(RuntimeError, match="function no_such_function not found"):
         compiler.load_object(object_code, "no_such_function")
     monkeypatch.setattr(compiler, "symbol_address", lambda name: 0)
-    with pytest.raises(RuntimeError, match="needs erff"):
+    with pytest.raises(RuntimeError, match="needs asinhf"):
         compiler.load_object(object_code, llvm_function_name(kernel))
 
 
 def test_the_worker_target_falls_back_to_mcjit_for_objects_the_loader_refuses(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    kernel = erf_kernel("fallback")
+    kernel = libm_kernel("fallback")
     target = cpu.host_target("worker")
     object_code = target.compile(render_llvm(kernel), 0)
 
@@ -193,7 +193,7 @@ def test_the_worker_target_falls_back_to_mcjit_for_objects_the_loader_refuses(
 
 
 def test_unused_kernel_code_is_unmapped_by_the_next_load(client: compiler.WorkerClient) -> None:
-    kernel = erf_kernel("freed")
+    kernel = libm_kernel("freed")
     object_code = client.compile(render_llvm(kernel), 0)
     memory, address = compiler.load_object(object_code, llvm_function_name(kernel))
     handle = cpu.EngineHandle(memory)
@@ -265,7 +265,7 @@ def test_a_hung_worker_is_killed_after_the_timeout_and_the_next_request_starts_o
     monkeypatch.delenv("FUNCGRAD_COMPILER_TIMEOUT")
     made = compiler.WorkerClient(idle_seconds=0)
     assert made.timeout_seconds == 300
-    source = render_llvm(erf_kernel("hung"))
+    source = render_llvm(libm_kernel("hung"))
     first = made.compile(source, 0)  # (a worker's start may take more than a second on a loaded machine)
     pid = made.pid()
     assert pid is not None

@@ -564,10 +564,10 @@ def test_llvm_failure_names_the_kernel_and_shows_source_with_debug(monkeypatch: 
 
 def test_unresolvable_function_is_refused_before_running(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def calls_missing(kernel: Kernel) -> str:
-        return render_llvm(kernel).replace("@erff(", "@fg_no_such_function(")
+        return render_llvm(kernel).replace("@asinhf(", "@fg_no_such_function(")
     x = load(0, g(), np.float32)
-    kernel = elementwise_kernel("needs_missing", [np.float32], [alu("erf", x)], n=4)
-    assert "erff" in cpu_module.undefined_symbols(cpu_module.host_target().compile(render_llvm(kernel)))
+    kernel = elementwise_kernel("needs_missing", [np.float32], [alu("asinh", x)], n=4)
+    assert "asinhf" in cpu_module.undefined_symbols(cpu_module.host_target().compile(render_llvm(kernel)))
     monkeypatch.setattr(cpu_module, "render_llvm", calls_missing)
     monkeypatch.setattr(cpu_module, "external_symbols", lambda source: [])  # get past the source check
     with pytest.raises(KernelCompileError, match="needs_missing .*fg_no_such_function"):
