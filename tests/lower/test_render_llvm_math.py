@@ -22,17 +22,21 @@ SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754944e-38, 88.
            0.62499994, 3e38, -3e38, 1e-30, -1e-30]
 
 
+def compiled_ops(tmp_path_factory: pytest.TempPathFactory, name: str, x: np.ndarray,
+                 ops: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Each of ``ops`` applied to ``x`` by one compiled CPU kernel (an output per op)."""
+    kernel = Kernel(name, (x.size,), (ShapedArray(x.shape, F32),), tuple(ShapedArray(x.shape, F32) for _ in ops),
+                    tuple(alu(op, load(0, var("g0"), F32)) for op in ops))
+    outputs = [np.empty_like(x) for _ in ops]
+    CPUDevice(cache_dir=tmp_path_factory.mktemp("cache")).compile(kernel)([x], outputs)
+    return dict(zip(ops, outputs))
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     positive = np.arange(0, 0x7F800000, STEP, dtype=np.uint32).view(np.float32)
     x = np.concatenate([positive, -positive, np.array(SPECIAL, np.float32)])
-    ops = ("exp", "tanh", "logistic")
-    kernel = Kernel("math_sweep", (x.size,), (ShapedArray(x.shape, F32),),
-                    tuple(ShapedArray(x.shape, F32) for _ in ops),
-                    tuple(alu(op, load(0, var("g0"), F32)) for op in ops))
-    outputs = [np.empty_like(x) for _ in ops]
-    CPUDevice(cache_dir=tmp_path_factory.mktemp("cache")).compile(kernel)([x], outputs)
-    return x, dict(zip(ops, outputs))
+    return x, compiled_ops(tmp_path_factory, "math_sweep", x, ("exp", "tanh", "logistic"))
 
 
 def ulp_error(got: np.ndarray, want: np.ndarray) -> np.ndarray:
@@ -146,12 +150,7 @@ def log_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, dic
     positive = np.arange(0, 0x7F800000, STEP, dtype=np.uint32).view(np.float32)
     powers = np.ldexp(np.float32(1.0), np.arange(-149, 128)).astype(np.float32)
     x = np.concatenate([positive, -positive, powers, np.array(SPECIAL + LOG_SPECIAL, np.float32)])
-    kernel = Kernel("log_sweep", (x.size,), (ShapedArray(x.shape, F32),),
-                    tuple(ShapedArray(x.shape, F32) for _ in LOG_OPS),
-                    tuple(alu(op, load(0, var("g0"), F32)) for op in LOG_OPS))
-    outputs = [np.empty_like(x) for _ in LOG_OPS]
-    CPUDevice(cache_dir=tmp_path_factory.mktemp("cache")).compile(kernel)([x], outputs)
-    return x, dict(zip(LOG_OPS, outputs))
+    return x, compiled_ops(tmp_path_factory, "log_sweep", x, LOG_OPS)
 
 
 # the worst errors over every 256th float32 (8.4 M values a sign): log 0.82, log2 1.18, log1p 0.82,
@@ -217,12 +216,7 @@ def trig_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, di
     powers = np.ldexp(np.float32(1.0), np.arange(-149, 128)).astype(np.float32)
     x = np.concatenate([positive, -positive, near, -near, around, -around, np.float32([edge, -edge]), powers,
                         -powers, np.array(SPECIAL, np.float32)])
-    kernel = Kernel("trig_sweep", (x.size,), (ShapedArray(x.shape, F32),),
-                    tuple(ShapedArray(x.shape, F32) for _ in TRIG_OPS),
-                    tuple(alu(op, load(0, var("g0"), F32)) for op in TRIG_OPS))
-    outputs = [np.empty_like(x) for _ in TRIG_OPS]
-    CPUDevice(cache_dir=tmp_path_factory.mktemp("cache")).compile(kernel)([x], outputs)
-    return x, dict(zip(TRIG_OPS, outputs))
+    return x, compiled_ops(tmp_path_factory, "trig_sweep", x, TRIG_OPS)
 
 
 @pytest.mark.parametrize("op", TRIG_OPS)
@@ -278,11 +272,7 @@ def erf_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, np.
     split = np.float32(render_llvm_module.ERF_SPLIT)
     edges = np.float32([split, np.nextafter(split, np.float32(0)), 3.92, 4.0, 4.5])
     x = np.concatenate([positive, -positive, dense, -dense, edges, -edges, np.array(SPECIAL, np.float32)])
-    kernel = Kernel("erf_sweep", (x.size,), (ShapedArray(x.shape, F32),), (ShapedArray(x.shape, F32),),
-                    (alu("erf", load(0, var("g0"), F32)),))
-    got = np.empty_like(x)
-    CPUDevice(cache_dir=tmp_path_factory.mktemp("cache")).compile(kernel)([x], [got])
-    return x, got
+    return x, compiled_ops(tmp_path_factory, "erf_sweep", x, ("erf",))["erf"]
 
 
 def test_erf_is_within_one_ulp_of_float64(erf_sweep: tuple[np.ndarray, np.ndarray]) -> None:
