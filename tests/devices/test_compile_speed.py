@@ -22,7 +22,7 @@ from funcgrad.lower.kernel import Kernel, Opt
 from funcgrad.lower.optimize import optimize
 from funcgrad.lower.render_llvm import render_llvm
 from funcgrad.lower.render_loops import SHORT_PARTIAL, llvm_function_name
-from tests.devices.test_cpu_compiler import erf_kernel
+from tests.devices.test_cpu_compiler import libm_kernel
 from tests.lower.test_render_tile import assert_matches_reference, kernels_of, product_kernel, random_inputs, tiled
 
 
@@ -166,7 +166,7 @@ def test_the_disk_caches_keep_the_pipelines_apart(tmp_path: Path, monkeypatch: p
 
 
 def test_an_unknown_pipeline_is_refused_by_number(llvm: compiler.LLVMCompiler) -> None:
-    source = render_llvm(erf_kernel())
+    source = render_llvm(libm_kernel())
     with pytest.raises(ValueError, match="unknown LLVM pipeline 9"):
         llvm.compile(source, 9)
     client = compiler.WorkerClient(idle_seconds=0)
@@ -183,7 +183,7 @@ def test_compiling_threads_do_not_wait_for_llvmlites_lock(llvm: compiler.LLVMCom
     context skips it, so two threads compile at once. Here another thread holds that lock
     throughout: a compiling thread that waited for it would never finish."""
     from llvmlite.binding import ffi
-    source = render_llvm(erf_kernel("erf_while_locked"))
+    source = render_llvm(libm_kernel("asinh_while_locked"))
     want = llvm.compile(source, 3)
     got: list[bytes] = []
     compiled = threading.Event()
@@ -223,7 +223,7 @@ def test_a_garbage_collection_in_a_compiling_thread_takes_llvmlites_lock(llvm: c
 
 def test_threads_compiling_at_once_emit_what_one_thread_emits(llvm: compiler.LLVMCompiler) -> None:
     kernels = [tiled(product_kernel(48, 100, 80, epilogue=True), 64, 6), tiled(conv_kernel(), 32, 4),
-               erf_kernel("erf_in_threads"), product_kernel(40, 30, 50)]
+               libm_kernel("asinh_in_threads"), product_kernel(40, 30, 50)]
     jobs = [(render_llvm(kernel), cpu.optimization_level(kernel)) for kernel in kernels]
     want = [llvm.compile(source, number) for source, number in jobs]
     results: dict[int, list[bytes]] = {}
@@ -367,7 +367,7 @@ def test_waiting_kernels_compile_heaviest_first(tmp_path: Path, monkeypatch: pyt
     monkeypatch.delenv("FUNCGRAD_OPT", raising=False)
     monkeypatch.setattr(cpu_threads, "thread_count", lambda: 2)
     kernels = [product_kernel(4, 16, 16), tiled(product_kernel(64, 256, 128, epilogue=True), 64, 6),
-               adam_like_kernel(5000), erf_kernel("erf_to_order")]
+               adam_like_kernel(5000), libm_kernel("asinh_to_order")]
 
     class GatedPool:
         """One thread that starts only once every compile is waiting."""
