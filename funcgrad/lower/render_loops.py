@@ -130,13 +130,19 @@ def _f32(value: float) -> str:
     return "0x" + struct.pack(">d", float(np.float32(value))).hex().upper()
 
 
-def _horner(name: str, x: str, coefficients: tuple[float, ...]) -> list[str]:
+def _f64(value: float) -> str:
+    """A float64 constant in LLVM's exact hexadecimal notation."""
+    return "0x" + struct.pack(">d", float(value)).hex().upper()
+
+
+def _horner(name: str, x: str, coefficients: tuple[float, ...], t: str = "float") -> list[str]:
     """Lines evaluating c0*x^(n-1) + ... + c(n-1) by Horner's rule with fused multiply-adds into
-    ``{name}1..``; the last line's value is the polynomial."""
+    ``{name}1..``, in type ``t`` (float or double); the last line's value is the polynomial."""
+    constant, suffix = (_f32, "f32") if t == "float" else (_f64, "f64")
     lines = []
-    previous = _f32(coefficients[0])
+    previous = constant(coefficients[0])
     for position, c in enumerate(coefficients[1:], start=1):
-        lines.append(f"{name}{position} = call float @llvm.fmuladd.f32(float {previous}, float {x}, float {_f32(c)})")
+        lines.append(f"{name}{position} = call {t} @llvm.fmuladd.{suffix}({t} {previous}, {t} {x}, {t} {constant(c)})")
         previous = f"{name}{position}"
     return lines
 
@@ -147,9 +153,9 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
 _TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
 
 
-def _exp_core(out: str, x: str) -> list[str]:
-    """exp of ``x`` into ``out`` for x in [-104, 88.75] (not NaN): the result is y * 2^n by ldexp,
-    which rounds once into the denormal range and overflows to inf above log(FLT_MAX)."""
+def _exp_reduced(out: str, x: str) -> list[str]:
+    """x = n ln 2 + r (``{out}.n``, ``{out}.r``; ln 2 in two parts, n times the first exact) and
+    ``{out}.p`` = expm1(r) = r + r^2 P(r)."""
     return [
         f"{out}.t = fmul float {x}, {_f32(1.44269504088896341)}",
         f"{out}.n = call float @llvm.roundeven.f32(float {out}.t)",
@@ -158,6 +164,14 @@ def _exp_core(out: str, x: str) -> list[str]:
         *_horner(f"{out}.q", f"{out}.r", _EXP_POLY),
         f"{out}.rr = fmul float {out}.r, {out}.r",
         f"{out}.p = call float @llvm.fmuladd.f32(float {out}.q5, float {out}.rr, float {out}.r)",
+    ]
+
+
+def _exp_core(out: str, x: str) -> list[str]:
+    """exp of ``x`` into ``out`` for x in [-104, 88.75] (not NaN): the result is y * 2^n by ldexp,
+    which rounds once into the denormal range and overflows to inf above log(FLT_MAX)."""
+    return [
+        *_exp_reduced(out, x),
         f"{out}.y = fadd float {out}.p, 1.0",
         f"{out}.ni = fptosi float {out}.n to i32",
         f"{out} = call float @llvm.ldexp.f32.i32(float {out}.y, i32 {out}.ni)",
@@ -254,15 +268,22 @@ def _log_specials(out: str, x: str, value: str) -> list[str]:
     ]
 
 
+def _log_sum(out: str, correction: str | None = None) -> list[str]:
+    """``{out}.r`` = f + y + e ln 2 from ``_log_core(out + ".c", ...)`` in Cephes' order of additions
+    (ln 2 in two parts), with ``correction`` added among the small terms."""
+    small = f"{out}.y1"
+    lines = [f"{out}.y1 = call float @llvm.fmuladd.f32(float {out}.c.e, float {_f32(-2.12194440e-4)}, "
+             f"float {out}.c.y)"]
+    if correction is not None:
+        small = f"{out}.y2"
+        lines.append(f"{out}.y2 = fadd float {out}.y1, {correction}")
+    return [*lines, f"{out}.r1 = fadd float {out}.c.f, {small}",
+            f"{out}.r = call float @llvm.fmuladd.f32(float {out}.c.e, float {_f32(0.693359375)}, float {out}.r1)"]
+
+
 def _log_lines(out: str, x: str) -> list[str]:
-    """Natural log of ``x`` into ``out``, every float32 input (Cephes' order of additions)."""
-    return [
-        *_log_core(f"{out}.c", x),
-        f"{out}.y1 = call float @llvm.fmuladd.f32(float {out}.c.e, float {_f32(-2.12194440e-4)}, float {out}.c.y)",
-        f"{out}.r1 = fadd float {out}.c.f, {out}.y1",
-        f"{out}.r = call float @llvm.fmuladd.f32(float {out}.c.e, float {_f32(0.693359375)}, float {out}.r1)",
-        *_log_specials(out, x, f"{out}.r"),
-    ]
+    """Natural log of ``x`` into ``out``, every float32 input."""
+    return [*_log_core(f"{out}.c", x), *_log_sum(out), *_log_specials(out, x, f"{out}.r")]
 
 
 _LOG2E_MINUS_1 = 0.44269504088896340736  # log2(e) - 1: f * log2(e) = f + f * this, without rounding log2(e)
@@ -284,10 +305,7 @@ FLOAT32_LOG1P = "\n".join([
     "{out}.d = fsub float {out}.u, 1.0",
     "{out}.dx = fsub float {x}, {out}.d",
     "{out}.k = fdiv float {out}.dx, {out}.u",
-    f"{{out}}.y1 = call float @llvm.fmuladd.f32(float {{out}}.c.e, float {_f32(-2.12194440e-4)}, float {{out}}.c.y)",
-    "{out}.y2 = fadd float {out}.y1, {out}.k",
-    "{out}.r1 = fadd float {out}.c.f, {out}.y2",
-    f"{{out}}.r = call float @llvm.fmuladd.f32(float {{out}}.c.e, float {_f32(0.693359375)}, float {{out}}.r1)",
+    *_log_sum("{out}", correction="{out}.k"),
     "{out}.one = fcmp oeq float {out}.d, 0.0",
     "{out}.ro = select i1 {out}.one, float {x}, float {out}.r",
     *_log_specials("{out}", "{out}.u", "{out}.ro"),
@@ -298,13 +316,7 @@ FLOAT32_LOG1P = "\n".join([
 FLOAT32_EXPM1 = "\n".join([
     "{out}.lo = call float @llvm.maxnum.f32(float {x}, float -20.0)",
     "{out}.xc = call float @llvm.minnum.f32(float {out}.lo, float 88.75)",
-    f"{{out}}.t = fmul float {{out}}.xc, {_f32(1.44269504088896341)}",
-    "{out}.n = call float @llvm.roundeven.f32(float {out}.t)",
-    f"{{out}}.r1 = call float @llvm.fmuladd.f32(float {{out}}.n, float {_f32(-0.693359375)}, float {{out}}.xc)",
-    f"{{out}}.r = call float @llvm.fmuladd.f32(float {{out}}.n, float {_f32(2.12194440e-4)}, float {{out}}.r1)",
-    *_horner("{out}.q", "{out}.r", _EXP_POLY),
-    "{out}.rr = fmul float {out}.r, {out}.r",
-    "{out}.p = call float @llvm.fmuladd.f32(float {out}.q5, float {out}.rr, float {out}.r)",
+    *_exp_reduced("{out}", "{out}.xc"),
     "{out}.ni = fptosi float {out}.n to i32",
     "{out}.nn = sub i32 0, {out}.ni",
     "{out}.inv = call float @llvm.ldexp.f32.i32(float 1.0, i32 {out}.nn)",
@@ -314,10 +326,6 @@ FLOAT32_EXPM1 = "\n".join([
     "{out}.keep = fcmp ueq float {x}, 0.0",
     "{out} = select i1 {out}.keep, float {x}, float {out}.e",
 ])
-
-def _f64(value: float) -> str:
-    return "0x" + struct.pack(">d", float(value)).hex().upper()
-
 
 # sin and cos of float32, in double from the reduction on: x = (j + f) pi/2 with |f| <= 1/2, then
 # sin(f pi/2) or cos(f pi/2) by j mod 4, their Taylor series to r^11 and r^12 (under 2^-28 relative
@@ -335,15 +343,6 @@ _SIN_POLY = tuple((-1) ** k / float(np.prod(np.arange(1, 2 * k + 2, dtype=np.flo
 _COS_POLY = tuple((-1) ** k / float(np.prod(np.arange(1, 2 * k + 1, dtype=np.float64))) for k in range(6, 0, -1))
 _TWO_OVER_PI = two_over_pi_words(8)
 TRIG_LARGE = 2.0 ** 20
-
-
-def _horner64(name: str, x: str, coefficients: tuple[float, ...]) -> list[str]:
-    lines, previous = [], _f64(coefficients[0])
-    for position, c in enumerate(coefficients[1:], start=1):
-        lines.append(f"{name}{position} = call double @llvm.fmuladd.f64(double {previous}, double {x}, "
-                     f"double {_f64(c)})")
-        previous = f"{name}{position}"
-    return lines
 
 
 def _signed32(word: int) -> int:
@@ -425,10 +424,10 @@ def _trig(cosine: bool) -> str:
         "{out}.r = select i1 {out}.big, double {out}.rb, double {out}.rs",
         f"{{out}}.quadrant = add i32 {{out}}.j, {1 if cosine else 0}",
         "{out}.rr = fmul double {out}.r, {out}.r",
-        *_horner64("{out}.ps", "{out}.rr", _SIN_POLY),
+        *_horner("{out}.ps", "{out}.rr", _SIN_POLY, "double"),
         f"{{out}}.sr = fmul double {{out}}.ps{len(_SIN_POLY) - 1}, {{out}}.rr",
         "{out}.sin = call double @llvm.fmuladd.f64(double {out}.sr, double {out}.r, double {out}.r)",
-        *_horner64("{out}.pc", "{out}.rr", _COS_POLY),
+        *_horner("{out}.pc", "{out}.rr", _COS_POLY, "double"),
         f"{{out}}.cos = call double @llvm.fmuladd.f64(double {{out}}.pc{len(_COS_POLY) - 1}, double {{out}}.rr, "
         "double 1.0)",
         "{out}.odd = trunc i32 {out}.quadrant to i1",
